@@ -1,0 +1,42 @@
+"""Where lakestream finds its own build outputs and keeps its runtime data.
+
+Everything downloaded or built (jars, broker data, cluster logs) lives in git-ignored folders so a
+fresh clone stays clean after the demo and the tests.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PROJECT_ROOT: Path = Path(__file__).resolve().parent.parent
+JVM_DIR: Path = PROJECT_ROOT / "jvm"
+JVM_TARGET: Path = JVM_DIR / "target"
+#: The project's own jar (checkpoint epoch operator and friends).
+LAKESTREAM_JAR: Path = JVM_TARGET / "lakestream-jvm.jar"
+#: Flink connector jars that job graphs add to the pipeline classpath.
+FLINK_LIB_DIR: Path = JVM_TARGET / "lib" / "flink"
+#: A Kafka broker and its runtime dependencies, for the local single-node KRaft broker.
+KAFKA_LIB_DIR: Path = JVM_TARGET / "lib" / "kafka"
+#: Runtime state of the local services (broker data, cluster logs, pid files).
+STATE_DIR: Path = Path(os.environ.get("LAKESTREAM_STATE_DIR", PROJECT_ROOT / ".lakestream"))
+
+
+class MissingBuildError(RuntimeError):
+    """A jar that the Maven build produces is not there."""
+
+
+def require_jvm_build() -> None:
+    """Fail early with the fix when the Maven build has not been run."""
+    missing = [p for p in (LAKESTREAM_JAR, FLINK_LIB_DIR, KAFKA_LIB_DIR) if not p.exists()]
+    if missing:
+        names = ", ".join(str(p.relative_to(PROJECT_ROOT)) for p in missing)
+        raise MissingBuildError(
+            f"missing JVM build outputs: {names}. Run `make jvm` (or `mvn -q -f jvm/pom.xml package`)."
+        )
+
+
+def flink_jars() -> list[Path]:
+    """Jars a job graph needs on its pipeline classpath: ours plus the connectors."""
+    require_jvm_build()
+    return [LAKESTREAM_JAR, *sorted(FLINK_LIB_DIR.glob("*.jar"))]
