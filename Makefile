@@ -1,0 +1,54 @@
+# lakestream: two commands matter. `make demo` runs the main job on the embedded default; `make test`
+# runs the whole suite. Both bootstrap what they need (venv, pip install, Maven build) and are idempotent.
+PYTHON ?= python3
+VENV   := .venv
+VPY    := $(VENV)/bin/python
+STAMPS := .lakestream/stamps
+JAVA_SOURCES := $(shell find jvm/src -name '*.java' 2>/dev/null)
+
+.PHONY: demo test unit lint typecheck bootstrap venv jvm tools bench clean
+
+demo: bootstrap
+	$(VPY) -m flink_jobs demo
+
+test: bootstrap lint typecheck
+	$(VPY) -m pytest -q tests
+
+unit: bootstrap
+	$(VPY) -m pytest -q tests/unit
+
+lint: venv
+	$(VPY) -m ruff check .
+
+typecheck: venv
+	$(VPY) -m mypy --strict lakestream sinks
+
+bootstrap: tools venv jvm
+
+tools:
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "lakestream: '$(PYTHON)' not found: install Python 3.10-3.12 (or run make PYTHON=python3.11)"; exit 1; }
+	@$(PYTHON) -c 'import sys; sys.exit(0 if (3, 10) <= sys.version_info[:2] <= (3, 12) else 1)' || { echo "lakestream: apache-flink 2.2 needs Python 3.10-3.12; run make PYTHON=/path/to/python3.11"; exit 1; }
+	@command -v java >/dev/null 2>&1 || { echo "lakestream: 'java' not found: install a JDK 17 (apt-get install openjdk-17-jdk-headless)"; exit 1; }
+	@command -v mvn >/dev/null 2>&1 || { echo "lakestream: 'mvn' not found: install Maven 3.8+ (apt-get install maven)"; exit 1; }
+
+venv: $(STAMPS)/venv
+
+$(STAMPS)/venv: pyproject.toml requirements-lock.txt
+	@mkdir -p $(STAMPS)
+	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q -c requirements-lock.txt -e '.[dev]'
+	@touch $@
+
+jvm: jvm/target/lakestream-jvm.jar
+
+jvm/target/lakestream-jvm.jar: jvm/pom.xml $(JAVA_SOURCES)
+	mvn -q -B -f jvm/pom.xml package
+	@touch $@
+
+bench: bootstrap
+	$(VPY) -m benchmarks
+
+clean:
+	-$(VPY) -m flink_jobs kafka stop
+	rm -rf .lakestream lakehouse jvm/target

@@ -1,0 +1,136 @@
+package io.lakestream.flink;
+
+import java.util.ArrayList;
+import java.util.List;
+
+import org.apache.flink.api.common.state.ListState;
+import org.apache.flink.api.common.state.ListStateDescriptor;
+import org.apache.flink.api.common.typeinfo.TypeInformation;
+import org.apache.flink.api.common.typeinfo.Types;
+import org.apache.flink.api.java.typeutils.RowTypeInfo;
+import org.apache.flink.runtime.state.StateInitializationContext;
+import org.apache.flink.streaming.api.operators.AbstractStreamOperator;
+import org.apache.flink.streaming.api.operators.BoundedOneInput;
+import org.apache.flink.streaming.api.operators.OneInputStreamOperator;
+import org.apache.flink.streaming.runtime.streamrecord.StreamRecord;
+import org.apache.flink.types.Row;
+
+/**
+ * Turns Flink's checkpoint lifecycle into in-band marker records for a Python sink.
+ *
+ * <p>PyFlink gives Python functions no checkpoint hooks, so a two-phase-commit sink written in
+ * Python cannot know when to stage or commit. This operator runs directly before the Python sink
+ * (forward, same parallelism) and emits, in order with the data:
+ *
+ * <ul>
+ *   <li>OPEN(restored checkpoint id or -1, run id, subtask, parallelism) from {@code initializeState};
+ *   <li>DATA(payload) for every input record;
+ *   <li>PRECOMMIT(n) from {@code prepareSnapshotPreBarrier(n)}: before barrier n leaves this task, so
+ *       the Python operator sees it before it flushes for checkpoint n;
+ *   <li>COMMIT(n) from {@code notifyCheckpointComplete(n)} (Flink may skip subsumed checkpoints:
+ *       COMMIT(n) means everything up to n is durable);
+ *   <li>END_OF_INPUT from {@code endInput()} on bounded input.
+ * </ul>
+ *
+ * <p>The run id is the job id of the run that started this lineage fresh. It is kept in union
+ * operator state, so every subtask of a restored job (even at another parallelism, even in a new
+ * submission from a savepoint) agrees on it, while a fresh start gets a new one. The Python side
+ * uses it in the Delta txn app id so that checkpoint ids, which restart at 1 on a fresh start,
+ * never collide with versions a previous run recorded.
+ */
+public class CheckpointEpochOperator<T> extends AbstractStreamOperator<Row>
+        implements OneInputStreamOperator<T, Row>, BoundedOneInput {
+
+    private static final long serialVersionUID = 1L;
+
+    public static final int DATA = 0;
+    public static final int OPEN = 1;
+    public static final int PRECOMMIT = 2;
+    public static final int COMMIT = 3;
+    public static final int END_OF_INPUT = 4;
+
+    private transient ListState<String> runIdState;
+    private transient String runId;
+    private transient long restoredCheckpointId;
+    private transient boolean openEmitted;
+
+    /** The marker row type: (kind, checkpoint_id, subtask, parallelism, run_id, payload). */
+    public static RowTypeInfo outputType(TypeInformation<?> payloadType) {
+        return new RowTypeInfo(
+                new TypeInformation<?>[] {
+                    Types.INT, Types.LONG, Types.INT, Types.INT, Types.STRING, payloadType
+                },
+                new String[] {"kind", "checkpoint_id", "subtask", "parallelism", "run_id", "payload"});
+    }
+
+    @Override
+    public void initializeState(StateInitializationContext context) throws Exception {
+        super.initializeState(context);
+        runIdState =
+                context.getOperatorStateStore()
+                        .getUnionListState(new ListStateDescriptor<>("lakestream-run-id", Types.STRING));
+        String restoredRunId = null;
+        for (String id : runIdState.get()) {
+            restoredRunId = id;
+            break;
+        }
+        restoredCheckpointId =
+                context.isRestored() ? context.getRestoredCheckpointId().orElse(-1L) : -1L;
+        runId =
+                restoredRunId != null
+                        ? restoredRunId
+                        : getRuntimeContext().getJobInfo().getJobId().toHexString();
+        // Each subtask contributes one copy; a union restore hands every subtask all copies, and
+        // they are all equal, so reset to a single entry instead of growing with every restore.
+        List<String> one = new ArrayList<>();
+        one.add(runId);
+        runIdState.update(one);
+    }
+
+    @Override
+    public void open() throws Exception {
+        super.open();
+        emitOpen();
+    }
+
+    private void emitOpen() {
+        if (openEmitted) {
+            return;
+        }
+        openEmitted = true;
+        emit(OPEN, restoredCheckpointId, null);
+    }
+
+    private void emit(int kind, long checkpointId, Object payload) {
+        int subtask = getRuntimeContext().getTaskInfo().getIndexOfThisSubtask();
+        int parallelism = getRuntimeContext().getTaskInfo().getNumberOfParallelSubtasks();
+        output.collect(
+                new StreamRecord<>(Row.of(kind, checkpointId, subtask, parallelism, runId, payload)));
+    }
+
+    @Override
+    public void processElement(StreamRecord<T> element) throws Exception {
+        emitOpen();
+        output.collect(
+                element.replace(Row.of(DATA, -1L, -1, -1, null, element.getValue())));
+    }
+
+    @Override
+    public void prepareSnapshotPreBarrier(long checkpointId) throws Exception {
+        super.prepareSnapshotPreBarrier(checkpointId);
+        emitOpen();
+        emit(PRECOMMIT, checkpointId, null);
+    }
+
+    @Override
+    public void notifyCheckpointComplete(long checkpointId) throws Exception {
+        super.notifyCheckpointComplete(checkpointId);
+        emit(COMMIT, checkpointId, null);
+    }
+
+    @Override
+    public void endInput() throws Exception {
+        emitOpen();
+        emit(END_OF_INPUT, -1L, null);
+    }
+}

@@ -1,0 +1,262 @@
+"""One validated configuration object for every lakestream job: TOML file, then environment overrides.
+
+Why one object: the ingest job, the change feed, the benchmarks and the tests must agree on topics,
+table locations and event-time settings, and a typo must fail at start with the key and the fix, not
+an hour later inside a Flink worker.
+
+Environment overrides use ``LAKESTREAM__<SECTION>__<KEY>=value`` (double underscores, case-insensitive),
+e.g. ``LAKESTREAM__FLINK__PARALLELISM=4``; a nested table such as ``[kafka.topics]`` is
+``LAKESTREAM__KAFKA__TOPICS__ORDERS_DB=my.topic``. Values are parsed as TOML values when they parse
+(numbers, booleans, arrays) and taken as plain strings otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any, Literal
+
+import tomllib
+
+ENV_PREFIX = "LAKESTREAM__"
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, unknown or malformed; the message names the key and the fix."""
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h|d)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+def parse_duration(value: object, *, key: str) -> timedelta:
+    """Parse ``"5m"``, ``"250ms"``, ``"1h"``, ``"30"`` (seconds) or a number of seconds."""
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, bool):
+        raise ConfigError(f"{key}: expected a duration such as '5m' or '30s', got {value!r}")
+    if isinstance(value, int | float):
+        return timedelta(seconds=float(value))
+    if isinstance(value, str):
+        m = _DURATION.match(value)
+        if m:
+            return timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])
+    raise ConfigError(f"{key}: expected a duration such as '5m', '30s' or '250ms', got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class LakehouseConfig:
+    """Where the Delta tables live."""
+
+    root: str = "lakehouse"
+
+    def table_uri(self, name: str) -> str:
+        """Location of table ``name`` (e.g. ``silver/orders``) under the lakehouse root."""
+        if "://" in self.root:
+            return f"{self.root.rstrip('/')}/{name}"
+        return str((Path(self.root) / name).resolve())
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaConfig:
+    """Kafka connection and the topic of each source adapter."""
+
+    bootstrap_servers: str = "embedded"
+    group_id: str = "lakestream-ingest"
+    starting_offsets: Literal["committed", "earliest", "latest"] = "committed"
+    topics: Mapping[str, str] = field(
+        default_factory=lambda: {
+            "orders_db": "orders.db.changes",
+            "payments": "payments.callbacks",
+            "logistics": "logistics.pushes",
+            "behaviour": "behaviour.logs",
+        }
+    )
+
+    @property
+    def embedded(self) -> bool:
+        """True when lakestream should start its own local broker."""
+        return self.bootstrap_servers == "embedded"
+
+
+@dataclass(frozen=True, slots=True)
+class FlinkConfig:
+    """How the job graph runs: parallelism, checkpoints, restarts, Python execution mode."""
+
+    parallelism: int = 2
+    checkpoint_interval: timedelta = timedelta(seconds=10)
+    checkpoint_dir: str = ".lakestream/checkpoints"
+    restart_attempts: int = 3
+    restart_delay: timedelta = timedelta(seconds=1)
+    python_execution_mode: Literal["process", "thread"] = "process"
+    bundle_size: int = 1000
+    bundle_time: timedelta = timedelta(milliseconds=200)
+    jobmanager: str = ""  # "host:port" of a running cluster for `flink run`; empty = local MiniCluster
+
+
+@dataclass(frozen=True, slots=True)
+class EventTimeConfig:
+    """Watermark, lateness and state-retention settings (see DESIGN.md, event-time rules)."""
+
+    max_out_of_orderness: timedelta = timedelta(minutes=5)
+    idleness_timeout: timedelta = timedelta(minutes=1)
+    allowed_lateness: timedelta = timedelta(0)
+    dedup_ttl: timedelta = timedelta(minutes=30)
+    source_zone: str = "Asia/Shanghai"
+
+
+@dataclass(frozen=True, slots=True)
+class QualityConfig:
+    """Thresholds that turn a parsable event into SUSPICIOUS rather than VALID."""
+
+    max_future: timedelta = timedelta(hours=1)
+    amount_ceiling: Decimal = Decimal("1000000")
+    known_statuses: tuple[str, ...] = (
+        "created",
+        "pending",
+        "paid",
+        "shipped",
+        "delivered",
+        "completed",
+        "cancelled",
+        "refunded",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """The whole configuration; build it with :func:`load_config`."""
+
+    lakehouse: LakehouseConfig = field(default_factory=LakehouseConfig)
+    kafka: KafkaConfig = field(default_factory=KafkaConfig)
+    flink: FlinkConfig = field(default_factory=FlinkConfig)
+    event_time: EventTimeConfig = field(default_factory=EventTimeConfig)
+    quality: QualityConfig = field(default_factory=QualityConfig)
+
+    def replace(self, section: str, **values: Any) -> Config:
+        """A copy with some keys of one section changed (validated like the file)."""
+        current = dataclasses.asdict(getattr(self, section))
+        current.update(values)
+        return dataclasses.replace(self, **{section: _build_section(section, current)})
+
+
+_SECTIONS: dict[str, type[Any]] = {
+    "lakehouse": LakehouseConfig,
+    "kafka": KafkaConfig,
+    "flink": FlinkConfig,
+    "event_time": EventTimeConfig,
+    "quality": QualityConfig,
+}
+
+
+def _coerce(key: str, hint: Any, value: Any) -> Any:
+    origin = typing.get_origin(hint)
+    if hint is timedelta:
+        return parse_duration(value, key=key)
+    if hint is Decimal:
+        try:
+            if isinstance(value, bool):
+                raise InvalidOperation
+            return Decimal(str(value))
+        except InvalidOperation:
+            raise ConfigError(f"{key}: expected a decimal number, got {value!r}") from None
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            if value < 0:
+                raise ConfigError(f"{key}: must not be negative, got {value}")
+            return value
+        raise ConfigError(f"{key}: expected a whole number, got {value!r}")
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{key}: expected a string, got {value!r}")
+    if origin is Literal:
+        choices = typing.get_args(hint)
+        if value in choices:
+            return value
+        raise ConfigError(f"{key}: expected one of {', '.join(map(repr, choices))}, got {value!r}")
+    if origin is tuple:
+        if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+            return tuple(value)
+        raise ConfigError(f"{key}: expected an array of strings, got {value!r}")
+    if origin is Mapping or origin is dict:
+        if isinstance(value, Mapping) and all(isinstance(v, str) for v in value.values()):
+            return dict(value)
+        raise ConfigError(f"{key}: expected a table of strings, got {value!r}")
+    raise ConfigError(f"{key}: unsupported setting type {hint!r}")  # pragma: no cover - programming error
+
+
+def _build_section(name: str, raw: Mapping[str, Any]) -> Any:
+    cls = _SECTIONS[name]
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ConfigError(
+            f"[{name}] has unknown key(s) {', '.join(unknown)}; known keys: {', '.join(sorted(known))}"
+        )
+    values = {k: _coerce(f"{name}.{k}", hints[k], v) for k, v in raw.items()}
+    for f in dataclasses.fields(cls):
+        # A table such as [kafka.topics] overrides key by key, so one env variable can move one topic.
+        if (
+            f.name in values
+            and isinstance(values[f.name], dict)
+            and f.default_factory is not dataclasses.MISSING
+        ):
+            values[f.name] = {**f.default_factory(), **values[f.name]}
+    return cls(**values)
+
+
+def _parse_env_value(text: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def _apply_env(raw: dict[str, Any], environ: Mapping[str, str]) -> None:
+    for name, text in environ.items():
+        if not name.upper().startswith(ENV_PREFIX):
+            continue
+        path = [p.lower() for p in name[len(ENV_PREFIX) :].split("__") if p]
+        if len(path) < 2 or path[0] not in _SECTIONS:
+            raise ConfigError(
+                f"environment variable {name}: expected {ENV_PREFIX}<SECTION>__<KEY> with SECTION one of "
+                f"{', '.join(_SECTIONS)}"
+            )
+        node = raw.setdefault(path[0], {})
+        for part in path[1:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = _parse_env_value(text)
+
+
+def load_config(path: str | Path | None = None, *, environ: Mapping[str, str] | None = None) -> Config:
+    """Read the TOML file (optional), apply environment overrides, validate everything at once."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {p} does not exist; pass an existing TOML file (see config/)")
+        try:
+            raw = tomllib.loads(p.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {p} is not valid TOML: {exc}") from None
+    _apply_env(raw, os.environ if environ is None else environ)
+    unknown = sorted(set(raw) - set(_SECTIONS))
+    if unknown:
+        raise ConfigError(
+            f"unknown config section(s) {', '.join(unknown)}; known sections: {', '.join(_SECTIONS)}"
+        )
+    sections = {name: _build_section(name, raw.get(name, {})) for name in _SECTIONS}
+    return Config(**sections)

@@ -1,0 +1,822 @@
+"""A local single-node Kafka broker (KRaft, combined broker + controller) for the demo and the tests.
+
+Why a child JVM and not a container: the machine has Java but no Docker engine, and the Maven build
+already puts a Kafka 4 broker with its dependencies in ``jvm/target/lib/kafka``. Everything is bound to
+127.0.0.1, ports are chosen free at start, and internal topics use replication factor 1 so one node is
+a complete cluster.
+
+Two ways to run it:
+
+* in-process: ``with LocalKafka.start(data_dir=tmp) as kafka: ...`` -- the broker dies with the
+  Python process that started it (Linux parent-death signal), so a crashed test leaves no stray JVM;
+* detached: :func:`start_detached` / :func:`status_detached` / :func:`stop_detached` keep the broker
+  running in the background and remember its pid and address in a small JSON file under ``STATE_DIR``,
+  so ``lakestream kafka start|status|stop`` can manage it from separate processes.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import ctypes
+import errno
+import fcntl
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from lakestream.paths import KAFKA_LIB_DIR, STATE_DIR, MissingBuildError
+
+__all__ = [
+    "BrokerAlreadyRunningError",
+    "BrokerStartError",
+    "BrokerStatus",
+    "DataDirInUseError",
+    "JavaNotFoundError",
+    "KafkaBrokerError",
+    "KafkaJarsMissingError",
+    "LocalKafka",
+    "PortInUseError",
+    "DEFAULT_DATA_DIR",
+    "DEFAULT_STATE_FILE",
+    "create_topic",
+    "start_detached",
+    "status_detached",
+    "stop_detached",
+]
+
+log = logging.getLogger(__name__)
+
+#: Where the broker keeps its data when no ``data_dir`` is given (git-ignored).
+DEFAULT_DATA_DIR: Path = STATE_DIR / "kafka"
+#: Pid, address and data folder of the detached broker, shared by the CLI processes.
+DEFAULT_STATE_FILE: Path = STATE_DIR / "kafka.json"
+
+HOST = "127.0.0.1"
+_MIN_JAVA = 17
+_MAIN_CLASS = "kafka.Kafka"
+_STORAGE_TOOL = "kafka.tools.StorageTool"
+_NODE_ID = 1
+_LOG_TAIL_LINES = 40
+_PR_SET_PDEATHSIG = 1
+
+
+# --------------------------------------------------------------------------------------------- errors
+
+
+class KafkaBrokerError(RuntimeError):
+    """Base class: anything that stops the local broker from starting, answering or stopping."""
+
+
+class JavaNotFoundError(KafkaBrokerError):
+    """No usable ``java`` (17+) to run the broker with."""
+
+
+class KafkaJarsMissingError(KafkaBrokerError, MissingBuildError):
+    """``jvm/target/lib/kafka`` is missing: the Maven build has not been run."""
+
+
+class PortInUseError(KafkaBrokerError):
+    """The explicitly requested broker port is taken by another process."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(
+            f"port {port} on {HOST} is already in use: stop whatever listens there "
+            f"(e.g. `ss -ltnp 'sport = :{port}'`), pass another port, or omit port to pick a free one"
+        )
+        self.port = port
+
+
+class DataDirInUseError(KafkaBrokerError):
+    """Another broker already holds the data folder's lock."""
+
+
+class BrokerAlreadyRunningError(KafkaBrokerError):
+    """A detached broker is running with a different data folder or port than requested."""
+
+
+class BrokerStartError(KafkaBrokerError):
+    """The broker JVM exited or did not answer in time; carries the tail of its log."""
+
+    def __init__(self, message: str, *, log_file: Path, log_tail: str) -> None:
+        super().__init__(f"{message}\n--- last lines of {log_file} ---\n{log_tail}")
+        self.log_file = log_file
+        self.log_tail = log_tail
+
+
+# --------------------------------------------------------------------------------------------- status
+
+
+@dataclass(frozen=True)
+class BrokerStatus:
+    """What a CLI needs to report about a broker; ``responding`` is None when it was not probed."""
+
+    running: bool
+    pid: int | None = None
+    bootstrap_servers: str | None = None
+    data_dir: Path | None = None
+    log_file: Path | None = None
+    responding: bool | None = None
+
+    def describe(self) -> str:
+        """One human-readable line, e.g. for ``lakestream kafka status``."""
+        if not self.running:
+            return "kafka: not running"
+        answer = {True: "answering", False: "NOT answering", None: "not probed"}[self.responding]
+        return (
+            f"kafka: running (pid {self.pid}) at {self.bootstrap_servers}, {answer}; "
+            f"data {self.data_dir}, log {self.log_file}"
+        )
+
+
+# ----------------------------------------------------------------------------------------- the broker
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Files of one broker data folder, so every entry point agrees on where things live."""
+
+    root: Path
+
+    @property
+    def kraft_dir(self) -> Path:
+        return self.root / "kraft"
+
+    @property
+    def server_properties(self) -> Path:
+        return self.root / "server.properties"
+
+    @property
+    def log4j_properties(self) -> Path:
+        return self.root / "log4j2.properties"
+
+    @property
+    def log_file(self) -> Path:
+        return self.root / "broker.log"
+
+    @property
+    def stdout_file(self) -> Path:
+        return self.root / "broker.out"
+
+
+class LocalKafka:
+    """A running local broker started by this process; stop it, or use it as a context manager."""
+
+    def __init__(
+        self,
+        *,
+        process: subprocess.Popen[bytes],
+        port: int,
+        controller_port: int,
+        layout: _Layout,
+    ) -> None:
+        """Wrap a spawned broker process; use :meth:`start`, which also waits until it answers."""
+        self._process = process
+        self._port = port
+        self._controller_port = controller_port
+        self._layout = layout
+
+    @classmethod
+    def start(
+        cls,
+        *,
+        data_dir: Path | None = None,
+        port: int | None = None,
+        timeout: float = 60,
+        heap: str = "512m",
+    ) -> LocalKafka:
+        """Start a broker and return once it answers metadata requests.
+
+        ``data_dir`` keeps the topics across restarts (default ``STATE_DIR/kafka``); ``port`` is the
+        client port (default: a free one). On Linux the broker gets SIGTERM when the *thread* that
+        started it exits (so a killed test run leaves no JVM behind): start it from a thread that
+        outlives it, or use :func:`start_detached` for a broker that should outlive this process.
+        Raises :class:`JavaNotFoundError`, :class:`KafkaJarsMissingError`, :class:`PortInUseError`,
+        :class:`DataDirInUseError` or :class:`BrokerStartError`.
+        """
+        return _launch(data_dir=data_dir, port=port, timeout=timeout, heap=heap, detached=False)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``host:port`` for Kafka clients (kafka-python, the Flink connector)."""
+        return f"{HOST}:{self._port}"
+
+    @property
+    def port(self) -> int:
+        """The client (PLAINTEXT) port."""
+        return self._port
+
+    @property
+    def controller_port(self) -> int:
+        """The KRaft controller port (clients never need it)."""
+        return self._controller_port
+
+    @property
+    def pid(self) -> int:
+        """Process id of the broker JVM."""
+        return self._process.pid
+
+    @property
+    def data_dir(self) -> Path:
+        """The folder holding the broker's config, KRaft data and logs."""
+        return self._layout.root
+
+    @property
+    def log_file(self) -> Path:
+        """The broker's log4j2 log file, the first place to look when something is off."""
+        return self._layout.log_file
+
+    @property
+    def running(self) -> bool:
+        """Whether the broker JVM is still alive."""
+        return self._process.poll() is None
+
+    def status(self, *, probe: bool = True) -> BrokerStatus:
+        """Report liveness, and with ``probe`` whether the broker answers a metadata request."""
+        running = self.running
+        return BrokerStatus(
+            running=running,
+            pid=self.pid if running else None,
+            bootstrap_servers=self.bootstrap_servers,
+            data_dir=self.data_dir,
+            log_file=self.log_file,
+            responding=_responds(self.bootstrap_servers, timeout=5.0) if running and probe else None,
+        )
+
+    def stop(self, timeout: float = 30) -> int | None:
+        """Shut down cleanly (SIGTERM), SIGKILL after ``timeout`` seconds; returns the exit code."""
+        return _terminate(self._process.pid, timeout=timeout, popen=self._process)
+
+    def __enter__(self) -> LocalKafka:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"LocalKafka(pid={self.pid}, bootstrap_servers={self.bootstrap_servers!r})"
+
+
+# ------------------------------------------------------------------------------------ detached broker
+
+#: Popen objects of detached brokers started by this process, so stopping them reaps the child.
+_DETACHED_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def start_detached(
+    *,
+    data_dir: Path | None = None,
+    port: int | None = None,
+    timeout: float = 60,
+    heap: str = "512m",
+    state_file: Path | None = None,
+) -> BrokerStatus:
+    """Start a background broker that outlives this process and record it in ``state_file``.
+
+    Idempotent: if the recorded broker is still running (with the same data folder and, if given,
+    port) its status is returned. A broker recorded with other settings raises
+    :class:`BrokerAlreadyRunningError`, naming ``lakestream kafka stop`` as the fix.
+    """
+    state_path = state_file or DEFAULT_STATE_FILE
+    layout = _Layout((data_dir or DEFAULT_DATA_DIR).resolve())
+    current = status_detached(state_file=state_path, probe=False)
+    if current.running:
+        same_dir = current.data_dir == layout.root
+        same_port = port is None or current.bootstrap_servers == f"{HOST}:{port}"
+        if same_dir and same_port:
+            return status_detached(state_file=state_path)
+        raise BrokerAlreadyRunningError(
+            f"a detached broker is already running (pid {current.pid}, {current.bootstrap_servers}, "
+            f"data {current.data_dir}); stop it first with `lakestream kafka stop`"
+        )
+    kafka = _launch(data_dir=layout.root, port=port, timeout=timeout, heap=heap, detached=True)
+    _DETACHED_CHILDREN[kafka.pid] = kafka._process
+    state_path.parent.mkdir(parents=True, exist_ok=True)
+    record = {
+        "pid": kafka.pid,
+        "bootstrap_servers": kafka.bootstrap_servers,
+        "port": kafka.port,
+        "controller_port": kafka.controller_port,
+        "data_dir": str(kafka.data_dir),
+        "log_file": str(kafka.log_file),
+        "started_at": time.time(),
+    }
+    tmp = state_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=2) + "\n")
+    tmp.replace(state_path)
+    return kafka.status(probe=False)
+
+
+def status_detached(*, state_file: Path | None = None, probe: bool = True) -> BrokerStatus:
+    """Report on the broker recorded in ``state_file``; a stale record counts as not running."""
+    record = _read_state(state_file or DEFAULT_STATE_FILE)
+    if record is None:
+        return BrokerStatus(running=False)
+    pid = int(record["pid"])
+    layout = _Layout(Path(record["data_dir"]))
+    bootstrap = str(record["bootstrap_servers"])
+    if not _is_our_broker(pid, layout):
+        return BrokerStatus(running=False, bootstrap_servers=bootstrap, data_dir=layout.root)
+    return BrokerStatus(
+        running=True,
+        pid=pid,
+        bootstrap_servers=bootstrap,
+        data_dir=layout.root,
+        log_file=layout.log_file,
+        responding=_responds(bootstrap, timeout=5.0) if probe else None,
+    )
+
+
+def stop_detached(*, timeout: float = 30, state_file: Path | None = None) -> BrokerStatus:
+    """Stop the recorded background broker (SIGTERM, then SIGKILL) and forget it.
+
+    Returns the status it had before stopping (``running=False`` if there was nothing to stop). Only
+    the recorded pid is signalled, and only after checking it is still that broker's JVM.
+    """
+    state_path = state_file or DEFAULT_STATE_FILE
+    before = status_detached(state_file=state_path, probe=False)
+    if before.running and before.pid is not None:
+        _terminate(before.pid, timeout=timeout, popen=_DETACHED_CHILDREN.pop(before.pid, None))
+    state_path.unlink(missing_ok=True)
+    return before
+
+
+def _read_state(path: Path) -> dict[str, Any] | None:
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        log.warning("ignoring unreadable broker state file %s: %s", path, exc)
+        return None
+    if not isinstance(record, dict) or not {"pid", "bootstrap_servers", "data_dir"} <= record.keys():
+        log.warning("ignoring broker state file %s without pid/bootstrap_servers/data_dir", path)
+        return None
+    return record
+
+
+# ----------------------------------------------------------------------------------------- topics
+
+
+def create_topic(
+    bootstrap_servers: str,
+    name: str,
+    *,
+    partitions: int = 1,
+    replication_factor: int = 1,
+    configs: dict[str, str] | None = None,
+    exist_ok: bool = True,
+    timeout: float = 30,
+) -> None:
+    """Create a topic and wait until every partition has a leader, so producing right away works.
+
+    Relying on auto-creation instead races the first producer against leader election and gives
+    one partition; tests that count partitions or offsets want the topic to exist up front.
+    """
+    from kafka.admin import KafkaAdminClient
+    from kafka.errors import TopicAlreadyExistsError
+
+    admin = KafkaAdminClient(
+        bootstrap_servers=bootstrap_servers,
+        client_id="lakestream-create-topic",
+        request_timeout_ms=int(timeout * 1000),
+    )
+    try:
+        spec = {"num_partitions": partitions, "replication_factor": replication_factor}
+        try:
+            admin.create_topics({name: {**spec, "configs": dict(configs or {})}})
+        except TopicAlreadyExistsError:
+            if not exist_ok:
+                raise
+        admin.wait_for_topics([name], timeout_ms=int(timeout * 1000))
+    finally:
+        admin.close()
+
+
+# ------------------------------------------------------------------------------------------ launching
+
+
+def _launch(
+    *, data_dir: Path | None, port: int | None, timeout: float, heap: str, detached: bool
+) -> LocalKafka:
+    java = _find_java()
+    classpath = _kafka_classpath()
+    layout = _Layout((data_dir or DEFAULT_DATA_DIR).resolve())
+    layout.root.mkdir(parents=True, exist_ok=True)
+    _check_data_dir_free(layout)
+    if port is not None and not _port_is_free(port):
+        raise PortInUseError(port)
+
+    # A free port found here can be taken before the JVM binds it; retry only when we chose it.
+    attempts = 1 if port is not None else 3
+    for attempt in range(1, attempts + 1):
+        broker_port = port if port is not None else _free_port()
+        controller_port = _free_port(exclude={broker_port})
+        _write_config(layout, broker_port, controller_port)
+        _format_storage(java, classpath, layout)
+        process = _spawn(java, classpath, layout, heap=heap, detached=detached)
+        kafka = LocalKafka(process=process, port=broker_port, controller_port=controller_port, layout=layout)
+        try:
+            _wait_ready(kafka, timeout=timeout)
+        except BrokerStartError as exc:
+            kafka.stop(timeout=10)
+            if attempt < attempts and "Address already in use" in exc.log_tail:
+                log.info("broker port raced with another process, retrying with new ports")
+                continue
+            raise
+        except BaseException:
+            kafka.stop(timeout=10)
+            raise
+        log.info("kafka broker pid %d answering at %s", kafka.pid, kafka.bootstrap_servers)
+        return kafka
+    raise AssertionError("unreachable: the last attempt either returns or raises")
+
+
+def _find_java() -> str:
+    java_home = os.environ.get("JAVA_HOME")
+    candidate = Path(java_home) / "bin" / "java" if java_home else None
+    java = str(candidate) if candidate and candidate.is_file() else shutil.which("java")
+    if java is None:
+        raise JavaNotFoundError(
+            "`java` not found (neither $JAVA_HOME/bin/java nor on PATH): install a JDK 17+ "
+            "(e.g. `apt-get install openjdk-17-jdk-headless`) to run the local Kafka broker"
+        )
+    try:
+        result = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30, check=False)
+    except OSError as exc:
+        raise JavaNotFoundError(f"cannot run {java}: {exc}; install a JDK 17+") from exc
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', result.stderr + result.stdout)
+    if match is None:
+        raise JavaNotFoundError(f"cannot tell the version of {java}: {result.stderr.strip()!r}")
+    major = int(match.group(1))
+    if major == 1 and match.group(2):  # "1.8.0_x" style: Java 8
+        major = int(match.group(2))
+    if major < _MIN_JAVA:
+        raise JavaNotFoundError(
+            f"{java} is Java {major}, Kafka 4 brokers need Java {_MIN_JAVA}+: install a JDK 17+ "
+            "and put it first on PATH or set JAVA_HOME"
+        )
+    return java
+
+
+def _kafka_classpath() -> str:
+    if not any(KAFKA_LIB_DIR.glob("kafka_*.jar")):
+        raise KafkaJarsMissingError(
+            f"no Kafka broker jars in {KAFKA_LIB_DIR}: run `make jvm` (or `mvn -q -f jvm/pom.xml package`)"
+        )
+    return str(KAFKA_LIB_DIR / "*")
+
+
+def _check_data_dir_free(layout: _Layout) -> None:
+    """Fail fast with the fix instead of letting a second JVM die on Kafka's log-dir lock."""
+    lock_file = layout.kraft_dir / ".lock"
+    if not lock_file.exists():
+        return
+    with lock_file.open("a") as handle:
+        try:
+            fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EACCES, errno.EAGAIN):
+                raise
+            raise DataDirInUseError(
+                f"{layout.root} is in use by another running broker: pass another data_dir, or stop "
+                "that broker (`lakestream kafka stop` for the detached one)"
+            ) from exc
+        fcntl.lockf(handle, fcntl.LOCK_UN)
+
+
+def _port_is_free(port: int) -> bool:
+    """True if nothing listens on the port (SO_REUSEADDR: TIME_WAIT leftovers do not count)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((HOST, port))
+            sock.listen(1)
+        except OSError:
+            return False
+    return True
+
+
+def _free_port(exclude: set[int] | None = None) -> int:
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((HOST, 0))
+            found = int(sock.getsockname()[1])
+        if found not in (exclude or set()):
+            return found
+    raise KafkaBrokerError(f"could not find a free TCP port on {HOST}")
+
+
+def _write_config(layout: _Layout, port: int, controller_port: int) -> None:
+    settings = {
+        "process.roles": "broker,controller",
+        "node.id": str(_NODE_ID),
+        "controller.quorum.voters": f"{_NODE_ID}@{HOST}:{controller_port}",
+        "listeners": f"PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://{HOST}:{port}",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "log.dirs": str(layout.kraft_dir),
+        "auto.create.topics.enable": "true",
+        "num.partitions": "1",
+        "default.replication.factor": "1",
+        "min.insync.replicas": "1",
+        "offsets.topic.replication.factor": "1",
+        # 50 partitions by default: slow to create on a small machine, and pointless on one node.
+        "offsets.topic.num.partitions": "4",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "4",
+        # Flink's exactly-once KafkaSink asks for 1 h transactions; the broker default cap is 15 min.
+        "transaction.max.timeout.ms": "3600000",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+    }
+    layout.server_properties.write_text(
+        "# Written by lakestream/kafka_broker.py at every start; edits are overwritten.\n"
+        + "".join(f"{key}={value}\n" for key, value in settings.items())
+    )
+    log_file = str(layout.log_file)
+    layout.log4j_properties.write_text(
+        "# Written by lakestream/kafka_broker.py: broker logs go to a size-capped file, not stderr.\n"
+        "status = warn\n"
+        "appender.file.type = RollingFile\n"
+        "appender.file.name = file\n"
+        f"appender.file.fileName = {log_file}\n"
+        f"appender.file.filePattern = {log_file}.%i\n"
+        "appender.file.layout.type = PatternLayout\n"
+        "appender.file.layout.pattern = [%d] %p %m (%c)%n\n"
+        "appender.file.policies.type = Policies\n"
+        "appender.file.policies.size.type = SizeBasedTriggeringPolicy\n"
+        "appender.file.policies.size.size = 20MB\n"
+        "appender.file.strategy.type = DefaultRolloverStrategy\n"
+        "appender.file.strategy.max = 2\n"
+        "rootLogger.level = INFO\n"
+        "rootLogger.appenderRef.file.ref = file\n"
+        "logger.request.name = kafka.request.logger\n"
+        "logger.request.level = WARN\n"
+        "logger.state.name = state.change.logger\n"
+        "logger.state.level = WARN\n"
+    )
+
+
+def _jvm_options(layout: _Layout, heap: str) -> list[str]:
+    return [
+        f"-Xmx{heap}",
+        "-XX:+UseG1GC",
+        "-XX:MaxGCPauseMillis=20",
+        "-XX:+ExitOnOutOfMemoryError",
+        "-Djava.awt.headless=true",
+        f"-Dlog4j2.configurationFile={layout.log4j_properties}",
+        # Keep the file appender open until the JVM exits, so Kafka's own shutdown hook can still log.
+        "-Dlog4j2.shutdownHookEnabled=false",
+        f"-Dkafka.logs.dir={layout.root}",
+    ]
+
+
+def _format_storage(java: str, classpath: str, layout: _Layout) -> None:
+    """Format the KRaft log dir once; an existing meta.properties keeps its cluster id and topics."""
+    if (layout.kraft_dir / "meta.properties").exists():
+        return
+    cluster_id = _new_cluster_id()
+    command = [
+        java,
+        *_jvm_options(layout, "256m"),
+        "-cp",
+        classpath,
+        _STORAGE_TOOL,
+        "format",
+        "-t",
+        cluster_id,
+        "-c",
+        str(layout.server_properties),
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    if result.returncode != 0:
+        raise BrokerStartError(
+            f"formatting the KRaft storage in {layout.kraft_dir} failed (exit {result.returncode}); "
+            "delete that folder if it holds a broken half-formatted state",
+            log_file=layout.log_file,
+            log_tail=_tail_text(result.stdout + result.stderr),
+        )
+
+
+def _new_cluster_id() -> str:
+    """A Kafka cluster id: a random UUID, URL-safe base64 without padding, not starting with '-'."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode("ascii")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
+def _parent_death_signal() -> Callable[[], None] | None:
+    """Ask Linux to SIGTERM the broker when the starting thread dies, so tests leave no stray JVM."""
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def set_pdeathsig() -> None:
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+    return set_pdeathsig
+
+
+def _spawn(
+    java: str, classpath: str, layout: _Layout, *, heap: str, detached: bool
+) -> subprocess.Popen[bytes]:
+    command = [
+        java,
+        *_jvm_options(layout, heap),
+        "-cp",
+        classpath,
+        _MAIN_CLASS,
+        str(layout.server_properties),
+    ]
+    with layout.stdout_file.open("ab") as out:
+        out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(command)}\n".encode())
+        out.flush()
+        return subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=layout.root,
+            # Own session: a Ctrl-C in the terminal reaches the CLI, not the broker it manages.
+            start_new_session=True,
+            preexec_fn=None if detached else _parent_death_signal(),
+        )
+
+
+def _wait_ready(kafka: LocalKafka, *, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    layout = kafka._layout
+    while True:
+        if not kafka.running:
+            raise BrokerStartError(
+                f"the Kafka broker exited with code {kafka._process.returncode} while starting "
+                f"(port {kafka.port}, data {layout.root})",
+                log_file=layout.log_file,
+                log_tail=_log_tail(layout),
+            )
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise BrokerStartError(
+                f"the Kafka broker did not answer at {kafka.bootstrap_servers} within {timeout:.0f}s; "
+                "raise timeout= on a slow machine or read the log below",
+                log_file=layout.log_file,
+                log_tail=_log_tail(layout),
+            )
+        if _accepts_connections(kafka.port) and _responds(
+            kafka.bootstrap_servers, timeout=min(10.0, max(remaining, 1.0))
+        ):
+            return
+        time.sleep(0.2)
+
+
+def _accepts_connections(port: int) -> bool:
+    try:
+        with socket.create_connection((HOST, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def _responds(bootstrap_servers: str, *, timeout: float) -> bool:
+    """Whether the broker serves a metadata request with itself in it (it is up and unfenced)."""
+    from kafka.admin import KafkaAdminClient
+
+    timeout_ms = int(timeout * 1000)
+    kafka_logger = logging.getLogger("kafka")
+    previous_level = kafka_logger.level
+    # While the broker boots, kafka-python logs every refused connection as an error: not news here.
+    kafka_logger.setLevel(logging.CRITICAL)
+    try:
+        admin = KafkaAdminClient(
+            bootstrap_servers=bootstrap_servers,
+            client_id="lakestream-broker-probe",
+            bootstrap_timeout_ms=timeout_ms,
+            request_timeout_ms=timeout_ms,
+        )
+        try:
+            cluster = admin.describe_cluster()
+            admin.list_topics()
+        finally:
+            admin.close()
+    except Exception as exc:  # any failure means "not (yet) answering"
+        log.debug("broker at %s not answering yet: %s", bootstrap_servers, exc)
+        return False
+    finally:
+        kafka_logger.setLevel(previous_level)
+    return bool(cluster.get("brokers"))
+
+
+# ------------------------------------------------------------------------------------------- stopping
+
+
+def _terminate(pid: int, *, timeout: float, popen: subprocess.Popen[bytes] | None) -> int | None:
+    """SIGTERM, wait, SIGKILL; reap the child when it is ours. Returns the exit code if known."""
+    if not _alive(pid, popen):
+        return popen.returncode if popen is not None else None
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    if _wait_gone(pid, popen, timeout):
+        return popen.returncode if popen is not None else None
+    log.warning("kafka broker pid %d ignored SIGTERM for %.0fs, sending SIGKILL", pid, timeout)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    if not _wait_gone(pid, popen, 10):
+        raise KafkaBrokerError(f"kafka broker pid {pid} survived SIGKILL; check `ps -p {pid}`")
+    return popen.returncode if popen is not None else None
+
+
+def _wait_gone(pid: int, popen: subprocess.Popen[bytes] | None, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while _alive(pid, popen):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def _alive(pid: int, popen: subprocess.Popen[bytes] | None) -> bool:
+    """Whether the process still runs; reaps it if it is our child, and counts a zombie as gone."""
+    if popen is not None:
+        return popen.poll() is None
+    with contextlib.suppress(ChildProcessError):
+        reaped, _ = os.waitpid(pid, os.WNOHANG)
+        if reaped == pid:
+            return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return _proc_state(pid) not in ("Z", "X", None)
+
+
+def _proc_state(pid: int) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None if sys.platform.startswith("linux") else "?"
+    # The state letter follows the parenthesised command name, which may itself contain spaces.
+    return stat.rpartition(")")[2].split()[0]
+
+
+def _is_our_broker(pid: int, layout: _Layout) -> bool:
+    """Guard against pid reuse: only a live JVM running kafka.Kafka on this data folder counts."""
+    popen = _DETACHED_CHILDREN.get(pid)
+    if not _alive(pid, popen):
+        return False
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return not sys.platform.startswith("linux")  # no /proc: trust the pid file
+    args = [arg.decode(errors="replace") for arg in argv]
+    return _MAIN_CLASS in args and str(layout.server_properties) in args
+
+
+# ---------------------------------------------------------------------------------------------- logs
+
+
+def _log_tail(layout: _Layout) -> str:
+    parts = []
+    for path in (layout.log_file, layout.stdout_file):
+        text = _tail_text(_read_end(path))
+        if text.strip():
+            parts.append(f"[{path.name}]\n{text}")
+    return "\n".join(parts) or "(no broker output)"
+
+
+def _read_end(path: Path, max_bytes: int = 64 * 1024) -> str:
+    try:
+        with path.open("rb") as handle:
+            handle.seek(max(0, path.stat().st_size - max_bytes))
+            return handle.read().decode(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+def _tail_text(text: str, lines: int = _LOG_TAIL_LINES) -> str:
+    return "\n".join(text.rstrip().splitlines()[-lines:])

@@ -1,0 +1,81 @@
+from datetime import timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from lakestream.config import Config, ConfigError, load_config, parse_duration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_shipped_toml_equals_the_defaults():
+    assert load_config(ROOT / "config" / "lakestream.toml", environ={}) == Config()
+
+
+def test_env_overrides_file_and_parses_types(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text('[flink]\nparallelism = 1\n[event_time]\nmax_out_of_orderness = "1m"\n')
+    cfg = load_config(
+        f,
+        environ={
+            "LAKESTREAM__FLINK__PARALLELISM": "4",
+            "LAKESTREAM__QUALITY__AMOUNT_CEILING": "12.5",
+            "LAKESTREAM__KAFKA__TOPICS__PAYMENTS": "pay.v2",
+            "UNRELATED": "x",
+        },
+    )
+    assert cfg.flink.parallelism == 4
+    assert cfg.event_time.max_out_of_orderness == timedelta(minutes=1)
+    assert cfg.quality.amount_ceiling == Decimal("12.5")
+    assert cfg.kafka.topics["payments"] == "pay.v2"
+    assert cfg.kafka.topics["orders_db"] == "orders.db.changes"  # other topics keep their defaults
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("[flink]\nparalelism = 2\n", "paralelism"),
+        ("[flnk]\n", "flnk"),
+        ('[flink]\nparallelism = "two"\n', "flink.parallelism"),
+        ('[flink]\npython_execution_mode = "fast"\n', "flink.python_execution_mode"),
+        ('[event_time]\ndedup_ttl = "soon"\n', "event_time.dedup_ttl"),
+        ("[flink]\nparallelism = -1\n", "flink.parallelism"),
+        ("not toml =", "not valid TOML"),
+    ],
+)
+def test_bad_values_name_the_key(tmp_path, text, needle):
+    f = tmp_path / "c.toml"
+    f.write_text(text)
+    with pytest.raises(ConfigError, match=needle):
+        load_config(f, environ={})
+
+
+def test_bad_env_name_is_explained():
+    with pytest.raises(ConfigError, match="LAKESTREAM__<SECTION>__<KEY>"):
+        load_config(environ={"LAKESTREAM__PARALLELISM": "2"})
+
+
+def test_missing_file_is_explained(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.toml", environ={})
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("5m", timedelta(minutes=5)),
+        ("250ms", timedelta(milliseconds=250)),
+        ("2h", timedelta(hours=2)),
+        (30, timedelta(seconds=30)),
+    ],
+)
+def test_durations(value, expected):
+    assert parse_duration(value, key="k") == expected
+
+
+def test_table_uri_resolves_under_root(tmp_path):
+    cfg = load_config(environ={"LAKESTREAM__LAKEHOUSE__ROOT": str(tmp_path)})
+    assert cfg.lakehouse.table_uri("silver/orders") == str(tmp_path / "silver" / "orders")
+    cfg = load_config(environ={"LAKESTREAM__LAKEHOUSE__ROOT": "s3://bucket/lake/"})
+    assert cfg.lakehouse.table_uri("silver/orders") == "s3://bucket/lake/silver/orders"

@@ -1,0 +1,55 @@
+"""Python side of the in-band checkpoint markers emitted by ``io.lakestream.flink.CheckpointEpochOperator``.
+
+PyFlink gives Python functions no checkpoint hooks; the Java operator chained right before a Python
+sink turns Flink's checkpoint lifecycle into records that arrive in order with the data. Each record
+is a Row ``(kind, checkpoint_id, subtask, parallelism, run_id, payload)``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyflink.datastream import DataStream
+
+DATA: Final = 0
+OPEN: Final = 1
+PRECOMMIT: Final = 2
+COMMIT: Final = 3
+END_OF_INPUT: Final = 4
+
+KIND_NAMES: Final = {
+    DATA: "DATA",
+    OPEN: "OPEN",
+    PRECOMMIT: "PRECOMMIT",
+    COMMIT: "COMMIT",
+    END_OF_INPUT: "END",
+}
+
+_OPERATOR_CLASS: Final = "io.lakestream.flink.CheckpointEpochOperator"
+
+
+def with_checkpoint_markers(stream: DataStream, *, name: str, uid: str) -> DataStream:
+    """Chain the marker operator after ``stream`` (forward, same parallelism) and return its output.
+
+    The downstream Python operator must keep the same parallelism and a forward connection, so that
+    each sink subtask sees exactly the markers of its own upstream subtask.
+    """
+    from pyflink.datastream import DataStream
+    from pyflink.java_gateway import get_gateway
+
+    jvm = get_gateway().jvm
+    operator_cls = jvm.io.lakestream.flink.CheckpointEpochOperator
+    j_stream = stream._j_data_stream
+    out_type = operator_cls.outputType(j_stream.getType())
+    j_out = j_stream.transform(name, out_type, operator_cls()).uid(uid)
+    return DataStream(j_out)
+
+
+def discard(stream: DataStream, *, name: str, uid: str) -> None:
+    """Terminate a stream whose operator already did its work (e.g. a Python sink's commit reports)."""
+    from pyflink.java_gateway import get_gateway
+
+    jvm = get_gateway().jvm
+    sink = jvm.org.apache.flink.streaming.api.functions.sink.v2.DiscardingSink()
+    stream._j_data_stream.sinkTo(sink).name(name).uid(uid)
