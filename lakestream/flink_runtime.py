@@ -290,11 +290,12 @@ class StandaloneCluster:
     # -- jobs ----------------------------------------------------------------------------------------
     def run_python(
         self,
-        script: Path,
+        script: str | Path,
         args: Sequence[str] = (),
         *,
         detached: bool = False,
         timeout: float = 600,
+        env: dict[str, str] | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """``flink run -m <this cluster> -pyexec <this python> -py script args...``."""
         cmd = [
@@ -312,7 +313,7 @@ class StandaloneCluster:
             cmd.append("-d")
         cmd += ["-py", str(script), *args]
         return subprocess.run(
-            cmd, env=self._env(), capture_output=True, text=True, timeout=timeout, check=False
+            cmd, env={**self._env(), **(env or {})}, capture_output=True, text=True, timeout=timeout, check=False
         )
 
     def jobs(self) -> list[dict[str, Any]]:
