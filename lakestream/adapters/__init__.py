@@ -1,0 +1,84 @@
+"""Source adapters: raw Kafka bytes of one source in, a ``StandardEvent`` or a ``Rejected`` out.
+
+An adapter never raises on bad input; the Flink wrapper calls it per record and routes ``Rejected`` to
+quarantine. The split of responsibilities with ``lakestream.quality``:
+
+- **Adapter rejects** (``Rejected``, stage ``adapter``) what cannot become a well-typed ``StandardEvent``:
+  not JSON / not an object / too large, a field present with the wrong JSON type or an unparseable value
+  (``"amount: expected a decimal number of yuan, got 'abc'"``), amounts that do not fit ``decimal(18, 2)``
+  or carry fractions of a fen, and missing fields the event cannot exist without: its time, its op
+  (``orders_db``), its own id (``payments.payId``, ``logistics.trackingNo``), the event name (behaviour).
+- **Quality tags** (``lakestream.quality.classify``) business rules on well-typed events: a missing
+  ``order_id`` where the event type needs one, a payment without amount, negative amounts (INVALID);
+  future/implausibly old times, amounts above a ceiling, unknown statuses (SUSPICIOUS). Keeping these out
+  of the adapters means every event, however it was built (stream, backfill, test), meets the same rules.
+
+Absent or null optional fields become ``None``; text is stripped and empty text counts as absent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Protocol
+
+from lakestream.adapters import behaviour, logistics, orders_db, payments
+from lakestream.adapters.settings import DEFAULT_SETTINGS, AdapterSettings, AdapterSettingsError
+from lakestream.standard import Rejected, StandardEvent
+
+__all__ = [
+    "ADAPTERS",
+    "DEFAULT_SETTINGS",
+    "Adapter",
+    "AdapterSettings",
+    "AdapterSettingsError",
+    "UnknownAdapterError",
+    "get_adapter",
+]
+
+
+class Adapter(Protocol):
+    """What every adapter is: a pure function of one record's bytes and its Kafka coordinates."""
+
+    def __call__(
+        self,
+        value: bytes | None,
+        *,
+        topic: str,
+        partition: int,
+        offset: int,
+        settings: AdapterSettings = ...,
+    ) -> StandardEvent | Rejected:
+        """Adapt one record; return ``Rejected`` (never raise) for bad input."""
+        ...
+
+
+#: Adapters by source name (the name job configs use).
+ADAPTERS: Mapping[str, Adapter] = MappingProxyType(
+    {
+        orders_db.SOURCE: orders_db.adapt,
+        payments.SOURCE: payments.adapt,
+        logistics.SOURCE: logistics.adapt,
+        behaviour.SOURCE: behaviour.adapt,
+    }
+)
+
+
+class UnknownAdapterError(KeyError):
+    """A configuration names a source no adapter exists for."""
+
+    def __str__(self) -> str:
+        """Show the message without ``KeyError``'s quoting."""
+        return str(self.args[0])
+
+
+def get_adapter(name: str) -> Adapter:
+    """Look an adapter up by source name, failing with the list of known names."""
+    try:
+        return ADAPTERS[name]
+    except KeyError:
+        known = ", ".join(sorted(ADAPTERS))
+        raise UnknownAdapterError(
+            f"source: no adapter named {name!r}; known adapters: {known} "
+            "(add a module under lakestream/adapters/ and register it in ADAPTERS)"
+        ) from None

@@ -1,0 +1,98 @@
+"""``behaviour``: client behaviour logs, whose field names and time formats drift between app versions.
+
+Accepted variants (first present wins; two variants with *different* values are rejected as conflicting):
+
+- user: ``uid`` | ``user_id`` | ``userId`` (optional: anonymous sessions have none)
+- event name: ``event`` | ``event_type`` | ``eventType`` (required; becomes ``behaviour:<name>``)
+- order: ``orderId`` | ``order_id`` (optional)
+- time: ``ts`` | ``timestamp`` | ``event_time`` (required): epoch milliseconds as a JSON number or a digit
+  string, or an ISO-8601 string with offset (a naive one only if ``behaviour_naive_zone`` is set)
+- id: ``eventId`` | ``event_id`` (optional; else a stable hash of the canonical payload)
+
+Epoch *seconds* are not guessed from magnitude: they decode as January 1970 and the quality stage flags
+them as implausibly old, which is visible, where a heuristic would silently misplace edge cases.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any
+
+from lakestream.adapters.parsing import (
+    FieldError,
+    describe,
+    get_id,
+    get_text,
+    millis_to_utc,
+    parse_timestamp,
+    pick,
+    require,
+    run_adapter,
+    stable_id,
+)
+from lakestream.adapters.settings import DEFAULT_SETTINGS, AdapterSettings, zone
+from lakestream.standard import BEHAVIOUR_PREFIX, Rejected, StandardEvent
+
+SOURCE = "behaviour"
+USER_FIELDS = ("uid", "user_id", "userId")
+EVENT_FIELDS = ("event", "event_type", "eventType")
+ORDER_FIELDS = ("orderId", "order_id")
+TIME_FIELDS = ("ts", "timestamp", "event_time")
+ID_FIELDS = ("eventId", "event_id")
+_MILLIS_TEXT = re.compile(r"\d{1,16}")
+_MAX_EVENT_NAME = 128
+
+
+def _event_time(obj: dict[str, Any], settings: AdapterSettings) -> datetime:
+    name, value = pick(obj, TIME_FIELDS)
+    require(value, TIME_FIELDS)
+    if isinstance(value, str):
+        text = value.strip()
+        if _MILLIS_TEXT.fullmatch(text):
+            return millis_to_utc(name, int(text))
+        naive = None if settings.behaviour_naive_zone is None else zone(settings.behaviour_naive_zone)
+        return parse_timestamp(name, text, naive_zone=naive)
+    return millis_to_utc(name, value)
+
+
+def _build(
+    obj: dict[str, Any], raw: bytes, topic: str, partition: int, offset: int, settings: AdapterSettings
+) -> StandardEvent:
+    event_name = require(get_text(obj, EVENT_FIELDS, settings), EVENT_FIELDS)
+    if len(event_name) > _MAX_EVENT_NAME:
+        raise FieldError(
+            "/".join(EVENT_FIELDS), f"event name longer than {_MAX_EVENT_NAME}: {describe(event_name)}"
+        )
+    own_id = get_id(obj, ID_FIELDS, settings)
+    return StandardEvent(
+        event_id=f"{SOURCE}:{own_id}" if own_id is not None else stable_id(SOURCE, obj),
+        order_id=get_id(obj, ORDER_FIELDS, settings),
+        user_id=get_id(obj, USER_FIELDS, settings),
+        event_type=BEHAVIOUR_PREFIX + event_name,
+        event_time=_event_time(obj, settings),
+        amount=None,
+        status=None,
+        address=None,
+        logistics_state=None,
+        op=None,
+        source=SOURCE,
+        raw=raw,
+        topic=topic,
+        partition=partition,
+        offset=offset,
+    )
+
+
+def adapt(
+    value: bytes | None,
+    *,
+    topic: str,
+    partition: int,
+    offset: int,
+    settings: AdapterSettings = DEFAULT_SETTINGS,
+) -> StandardEvent | Rejected:
+    """Adapt one behaviour log line; never raises."""
+    return run_adapter(
+        SOURCE, _build, value, topic=topic, partition=partition, offset=offset, settings=settings
+    )

@@ -1,0 +1,72 @@
+"""``logistics``: carrier pushes (``trackingNo``, ``order``, ``state``, ``ts`` ISO-8601 with offset).
+
+Event id: ``logistics:<hash of (trackingNo, order, state, ts as UTC)>``. Not the whole payload, because
+carriers re-push the same scan with changed metadata (push time, retry counter) and those re-pushes must
+de-duplicate; not ``trackingNo+state+ts`` alone, because one parcel can carry several orders (split/merged
+shipments) and each order needs its own event. ``ts`` is normalised to UTC first so ``+08:00`` and ``Z``
+spellings of the same instant agree. A ``ts`` without offset is rejected unless
+``AdapterSettings.logistics_naive_zone`` says which clock the carrier uses.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lakestream.adapters.parsing import (
+    FieldError,
+    describe,
+    get_code,
+    get_id,
+    parse_timestamp,
+    require,
+    run_adapter,
+    stable_id,
+)
+from lakestream.adapters.settings import DEFAULT_SETTINGS, AdapterSettings, zone
+from lakestream.standard import LOGISTICS, Rejected, StandardEvent
+
+SOURCE = "logistics"
+
+
+def _build(
+    obj: dict[str, Any], raw: bytes, topic: str, partition: int, offset: int, settings: AdapterSettings
+) -> StandardEvent:
+    tracking_no = require(get_id(obj, ("trackingNo",), settings), ("trackingNo",))
+    ts = require(obj.get("ts"), ("ts",))
+    if not isinstance(ts, str):
+        raise FieldError("ts", f"expected an ISO-8601 timestamp string, got {describe(ts)}")
+    naive = None if settings.logistics_naive_zone is None else zone(settings.logistics_naive_zone)
+    event_time = parse_timestamp("ts", ts, naive_zone=naive)
+    order_id = get_id(obj, ("order",), settings)
+    state = get_code(obj, ("state",), settings)
+    return StandardEvent(
+        event_id=stable_id(SOURCE, [tracking_no, order_id, state, event_time.isoformat()]),
+        order_id=order_id,
+        user_id=None,
+        event_type=LOGISTICS,
+        event_time=event_time,
+        amount=None,
+        status=None,
+        address=None,
+        logistics_state=state,
+        op=None,
+        source=SOURCE,
+        raw=raw,
+        topic=topic,
+        partition=partition,
+        offset=offset,
+    )
+
+
+def adapt(
+    value: bytes | None,
+    *,
+    topic: str,
+    partition: int,
+    offset: int,
+    settings: AdapterSettings = DEFAULT_SETTINGS,
+) -> StandardEvent | Rejected:
+    """Adapt one logistics push; never raises."""
+    return run_adapter(
+        SOURCE, _build, value, topic=topic, partition=partition, offset=offset, settings=settings
+    )

@@ -1,0 +1,123 @@
+"""Quality tags: VALID events feed silver, SUSPICIOUS stay in bronze (for a human), INVALID go to quarantine.
+
+Adapters already rejected what cannot be typed (see ``lakestream.adapters``); the rules here are business
+rules on well-typed events, applied the same way to streamed, backfilled and hand-built events.
+
+- INVALID: ``order_id`` missing for an event type that resolves onto an order (order changes, payments,
+  logistics); an order change without ``op``; a payment without amount; a logistics event without state;
+  a negative amount; a naive (zone-less) event time.
+- SUSPICIOUS: event time more than ``max_future`` ahead of ``now`` or before ``min_event_time``; amount
+  above ``amount_ceiling``; a status outside ``known_statuses``.
+- VALID otherwise.
+
+Why SUSPICIOUS stays out of silver: silver keeps, per field, the value with the newest event time, so a
+single event stamped in the future would pin its values until the wall clock catches up. ``max_future``
+defaults to 5 minutes: NTP-synced servers disagree by far less, and the client-clock-heavy source
+(behaviour) does not feed silver anyway.
+
+Reasons name the field and list every finding (``"amount: -3.00 is negative; order_id: missing ..."``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+
+from lakestream.standard import LOGISTICS, ORDER_CREATED, ORDER_DELETED, ORDER_UPDATED, PAYMENT, StandardEvent
+
+UTC = timezone.utc
+
+#: Order statuses the order database and payment callbacks are known to produce (lower case).
+KNOWN_STATUSES: frozenset[str] = frozenset(
+    {
+        "created",
+        "pending",
+        "paid",
+        "shipped",
+        "delivered",
+        "completed",
+        "cancelled",
+        "refunded",
+        "closed",
+    }
+)
+
+_ORDER_CHANGES = frozenset({ORDER_CREATED, ORDER_UPDATED, ORDER_DELETED})
+#: Event types that resolve onto an order row and therefore need its key.
+NEEDS_ORDER_ID: frozenset[str] = _ORDER_CHANGES | {PAYMENT, LOGISTICS}
+
+
+@dataclass(frozen=True, slots=True)
+class QualityRules:
+    """Thresholds of the SUSPICIOUS rules (the INVALID rules are not configurable: they are type-level)."""
+
+    max_future: timedelta = timedelta(minutes=5)
+    amount_ceiling: Decimal = Decimal(1_000_000)
+    known_statuses: frozenset[str] = field(default=KNOWN_STATUSES)
+    min_event_time: datetime = datetime(2000, 1, 1, tzinfo=UTC)
+
+    def __post_init__(self) -> None:
+        if self.max_future < timedelta(0):
+            raise ValueError(f"max_future: must not be negative, got {self.max_future}")
+        if self.min_event_time.tzinfo is None:
+            raise ValueError("min_event_time: must be timezone-aware (e.g. datetime(2000, 1, 1, tzinfo=UTC))")
+
+
+DEFAULT_RULES = QualityRules()
+
+
+def findings(
+    event: StandardEvent, *, now: datetime, rules: QualityRules = DEFAULT_RULES
+) -> tuple[list[str], list[str]]:
+    """The INVALID and SUSPICIOUS findings for ``event`` (empty lists when it is VALID)."""
+    invalid: list[str] = []
+    suspicious: list[str] = []
+    etype = event.event_type
+    if event.order_id is None and etype in NEEDS_ORDER_ID:
+        invalid.append(f"order_id: missing, required for {etype} events")
+    if etype in _ORDER_CHANGES and event.op is None:
+        invalid.append(f"op: missing, required for {etype} events")
+    if etype == PAYMENT and event.amount is None:
+        invalid.append("amount: missing, required for payment events")
+    if etype == LOGISTICS and event.logistics_state is None:
+        invalid.append("logistics_state: missing, required for logistics events")
+    amount = event.amount
+    if amount is not None:
+        if amount < 0:
+            invalid.append(f"amount: {amount} is negative")
+        elif amount > rules.amount_ceiling:
+            suspicious.append(f"amount: {amount} is above the ceiling {rules.amount_ceiling}")
+    ts = event.event_time
+    if ts.tzinfo is None or ts.utcoffset() is None:
+        invalid.append(f"event_time: {ts.isoformat()} has no time zone")
+    else:
+        if ts > now + rules.max_future:
+            suspicious.append(
+                f"event_time: {ts.isoformat()} is {ts - now} ahead of now (allowed: {rules.max_future})"
+            )
+        if ts < rules.min_event_time:
+            suspicious.append(f"event_time: {ts.isoformat()} is before {rules.min_event_time.isoformat()}")
+    status = event.status
+    if status is not None and status not in rules.known_statuses:
+        suspicious.append(f"status: {status!r} is not a known status")
+    return invalid, suspicious
+
+
+def classify(event: StandardEvent, *, now: datetime, rules: QualityRules = DEFAULT_RULES) -> StandardEvent:
+    """Return ``event`` tagged VALID / SUSPICIOUS / INVALID with a reason naming every offending field.
+
+    ``now`` is the processing-time clock of the caller (tz-aware). A VALID event that is already tagged
+    VALID is returned as is (no allocation on the hot path).
+    """
+    if now.tzinfo is None:
+        raise ValueError("now: must be timezone-aware; pass datetime.now(timezone.utc)")
+    invalid, suspicious = findings(event, now=now, rules=rules)
+    if invalid:
+        return dataclasses.replace(event, quality="INVALID", quality_reason="; ".join(invalid + suspicious))
+    if suspicious:
+        return dataclasses.replace(event, quality="SUSPICIOUS", quality_reason="; ".join(suspicious))
+    if event.quality == "VALID" and event.quality_reason is None:
+        return event
+    return dataclasses.replace(event, quality="VALID", quality_reason=None)
