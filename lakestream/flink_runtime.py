@@ -313,7 +313,12 @@ class StandaloneCluster:
             cmd.append("-d")
         cmd += ["-py", str(script), *args]
         return subprocess.run(
-            cmd, env={**self._env(), **(env or {})}, capture_output=True, text=True, timeout=timeout, check=False
+            cmd,
+            env={**self._env(), **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
         )
 
     def jobs(self) -> list[dict[str, Any]]:
