@@ -60,18 +60,24 @@ def cmd_kafka(args: argparse.Namespace) -> int:
 
 def cmd_land(args: argparse.Namespace) -> int:
     """Land raw Kafka records into an append-only Delta table."""
-    from flink_jobs.land import build_landing_job
+    from flink_jobs.kafka_input import commit_group_offsets, snapshot_end_offsets
+    from flink_jobs.land import build_landing_job, landing_group
 
     cfg = _config(args)
+    bootstrap = _bootstrap(cfg)
+    end_offsets = snapshot_end_offsets(bootstrap, args.topic) if args.bounded else None
     env = build_landing_job(
         cfg,
-        bootstrap_servers=_bootstrap(cfg),
+        bootstrap_servers=bootstrap,
         topics=args.topic,
         table=args.table,
         bounded=args.bounded,
         starting_offsets=args.starting_offsets,
+        end_offsets=end_offsets,
     )
     env.execute(args.job_name or f"lakestream-land {args.table}")
+    if end_offsets is not None:
+        commit_group_offsets(bootstrap, landing_group(cfg), end_offsets)
     if args.bounded:
         from flink_jobs.tables import print_tables
 

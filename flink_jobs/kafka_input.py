@@ -10,10 +10,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
+from lakestream.config import ConfigError
+
 if TYPE_CHECKING:  # pragma: no cover
     from pyflink.datastream import DataStream, StreamExecutionEnvironment
 
 StartingOffsets = Literal["committed", "earliest", "latest"]
+#: (topic, partition) -> offset of the next record to read.
+EndOffsets = dict[tuple[str, int], int]
 
 #: Field names of the rows this source produces (the Java class declares the same).
 KAFKA_ROW_FIELDS = ("topic", "partition", "offset", "timestamp", "key", "value")
@@ -27,12 +31,14 @@ def kafka_records(
     group_id: str,
     starting_offsets: StartingOffsets = "committed",
     bounded: bool = False,
+    end_offsets: EndOffsets | None = None,
     name: str = "kafka-source",
     uid: str = "kafka-source",
 ) -> DataStream:
     """A Kafka source over ``topics``.
 
-    ``bounded`` stops at the offsets present when the job starts (the ``--bounded`` run).
+    ``bounded`` stops at ``end_offsets`` (see :func:`snapshot_end_offsets`), or at the latest offsets
+    the source sees when it starts if none are given (the ``--bounded`` run).
     ``committed`` resumes from the consumer group's committed offsets and falls back to the earliest
     offset for partitions the group never committed. Offsets are committed on checkpoints, so they
     are progress information only: exactly-once comes from Flink's checkpointed source state.
@@ -62,7 +68,12 @@ def kafka_records(
         .set_property("partition.discovery.interval.ms", "0" if bounded else "30000")
         .set_property("client.id.prefix", group_id)
     )
-    if bounded:
+    if bounded and end_offsets is not None:
+        from pyflink.datastream.connectors.kafka import KafkaTopicPartition
+
+        stops = {KafkaTopicPartition(t, p): o for (t, p), o in end_offsets.items()}
+        builder = builder.set_bounded(KafkaOffsetsInitializer.offsets(stops))
+    elif bounded:
         builder = builder.set_bounded(KafkaOffsetsInitializer.latest())
     # PyFlink only offers value-only deserializers; set ours on the Java builder directly.
     builder._j_builder.setDeserializer(get_gateway().jvm.io.lakestream.flink.KafkaRecordToRow())
@@ -70,3 +81,46 @@ def kafka_records(
     # Watermarks are assigned after the adapters, where event time is known.
     stream = env.from_source(source, WatermarkStrategy.no_watermarks(), name)
     return stream.uid(uid)
+
+
+def snapshot_end_offsets(bootstrap_servers: str, topics: Sequence[str], *, timeout: float = 30) -> EndOffsets:
+    """The current end offset of every partition of ``topics``: where a bounded run stops.
+
+    Taken by the client before the job starts, so the run's extent is known exactly and can be
+    committed to the consumer group once the job has finished (see :func:`commit_group_offsets`).
+    A topic that does not exist fails here, with its name, rather than as an empty run.
+    """
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers, request_timeout_ms=int(timeout * 1000))
+    try:
+        partitions: list[TopicPartition] = []
+        for topic in topics:
+            ids = consumer.partitions_for_topic(topic)
+            if not ids:
+                raise ConfigError(
+                    f"kafka topic {topic!r} does not exist on {bootstrap_servers}; "
+                    "create it or fix [kafka.topics] / --topic"
+                )
+            partitions += [TopicPartition(topic, p) for p in sorted(ids)]
+        ends = consumer.end_offsets(partitions)
+        return {(tp.topic, tp.partition): int(off) for tp, off in ends.items()}
+    finally:
+        consumer.close()
+
+
+def commit_group_offsets(bootstrap_servers: str, group_id: str, offsets: EndOffsets) -> None:
+    """Record a finished bounded run's end offsets as the group's committed offsets.
+
+    Flink commits source offsets only on checkpoints, and a bounded run may end before its last
+    records are covered by one; without this, the next ``committed`` run would read them again.
+    Called only after the job finished, i.e. after its sinks' END_OF_INPUT commits.
+    """
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers, group_id=group_id, enable_auto_commit=False)
+    try:
+        consumer.commit({TopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in offsets.items()})
+    finally:
+        consumer.close()

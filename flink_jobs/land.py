@@ -12,7 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from flink_jobs.kafka_input import StartingOffsets, kafka_records
+from flink_jobs.kafka_input import EndOffsets, StartingOffsets, kafka_records
 from lakestream.config import Config
 from lakestream.flink_runtime import build_env
 from udfs.delta_sink import DeltaSinkSpec, sink_to_delta
@@ -35,6 +35,11 @@ def to_landing_row(record: Any) -> tuple[Any, ...]:
     return (record[0], record[1], record[2], ts if ts is not None and ts >= 0 else None, record[4], record[5])
 
 
+def landing_group(cfg: Config) -> str:
+    """Consumer group of the landing job (its committed offsets are the job's progress between runs)."""
+    return f"{cfg.kafka.group_id}-land"
+
+
 def build_landing_job(
     cfg: Config,
     *,
@@ -44,6 +49,7 @@ def build_landing_job(
     bounded: bool,
     starting_offsets: StartingOffsets = "earliest",
     job_name: str = "lakestream-land",
+    end_offsets: EndOffsets | None = None,
 ) -> Any:
     """Assemble the landing graph and return its StreamExecutionEnvironment (not yet executed)."""
     env = build_env(cfg.flink)
@@ -51,9 +57,10 @@ def build_landing_job(
         env,
         bootstrap_servers=bootstrap_servers,
         topics=topics,
-        group_id=f"{cfg.kafka.group_id}-land",
+        group_id=landing_group(cfg),
         starting_offsets=starting_offsets,
         bounded=bounded,
+        end_offsets=end_offsets,
         name="kafka records",
         uid="land-kafka-source",
     )
