@@ -1,0 +1,172 @@
+"""How a MERGE folds a change into a row: per-column event-time guards instead of "last write wins".
+
+Events for one key arrive out of order (retries, several producers, replays), so each value column F carries
+the event time T of the event that set it, and a change only lands when it is at least as new:
+
+    F, T, companions := s.F, s.T, s.companions   when s.F is not null and (t.T is null or s.T >= t.T)
+                        t.F, t.T, t.companions   otherwise
+
+So an older event never overwrites a newer one, a null never erases a value, and of two events with the
+same time the later-applied one wins. ``greatest`` columns (``last_event_time``) are the same rule with F
+and T being one column: the larger value wins and its companions (``last_event_id``) move with it.
+Unguarded columns take the source value when it is not null. Keys are never updated; a new key inserts the
+(pre-reduced) source row.
+
+The same rule, applied in arrival order, pre-reduces a MERGE source to one row per key
+(``sinks.merge_reduce``): folding is associative, so ``merge(target, reduce(rows))`` equals applying the
+rows one by one, which is what lets one MERGE per checkpoint replace one MERGE per event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import pyarrow as pa
+
+
+class MergeSpecError(ValueError):
+    """A MergeSpec that does not fit the table schema or gives a column two roles."""
+
+
+class GuardGroup(NamedTuple):
+    """Columns that change together under one guard: the value, its time, and what moves with them."""
+
+    value: str
+    time: str
+    #: value, then time (unless it is the value), then companions: everything the guard assigns.
+    moved: tuple[str, ...]
+
+
+def quote_ident(name: str) -> str:
+    """SQL identifier for DataFusion: quoted, so mixed case and odd names survive."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+@dataclass(frozen=True)
+class MergeSpec:
+    """Which columns are keys and how every other column folds under MERGE (see module docstring)."""
+
+    keys: tuple[str, ...]
+    #: guarded value column -> the event-time column that guards it (one time column per value column).
+    guarded: Mapping[str, str] = field(default_factory=dict)
+    #: columns that keep the larger of source and target (e.g. ``last_event_time``).
+    greatest: tuple[str, ...] = ()
+    #: guarded or greatest column -> columns that move with it (e.g. ``status`` -> ``status__eid``).
+    companions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "keys", tuple(self.keys))
+        object.__setattr__(self, "guarded", dict(self.guarded))
+        object.__setattr__(self, "greatest", tuple(self.greatest))
+        object.__setattr__(self, "companions", {k: tuple(v) for k, v in self.companions.items()})
+        if not self.keys:
+            raise MergeSpecError("MergeSpec.keys is empty: a MERGE needs at least one key column")
+        roles: dict[str, str] = {}
+
+        def claim(col: str, role: str) -> None:
+            if col in roles:
+                raise MergeSpecError(
+                    f"MergeSpec: column {col!r} is both {roles[col]} and {role}; give each column one role"
+                )
+            roles[col] = role
+
+        for k in self.keys:
+            claim(k, "a key")
+        for value in self.guarded:
+            claim(value, "a guarded value")
+        for value, time in self.guarded.items():
+            claim(time, f"the event-time column of {value!r}")
+        for g in self.greatest:
+            claim(g, "a greatest column")
+        for owner, cols in self.companions.items():
+            if owner not in self.guarded and owner not in self.greatest:
+                raise MergeSpecError(
+                    f"MergeSpec.companions: {owner!r} is neither a guarded nor a greatest column, so "
+                    "there is no guard for its companions to follow"
+                )
+            for c in cols:
+                claim(c, f"a companion of {owner!r}")
+
+    @classmethod
+    def with_suffixes(
+        cls,
+        *,
+        keys: Sequence[str],
+        fields: Iterable[str],
+        time_suffix: str = "__ts",
+        id_suffix: str | None = "__eid",
+        greatest: Sequence[str] = (),
+        greatest_companions: Mapping[str, Sequence[str]] | None = None,
+    ) -> MergeSpec:
+        """Spec for the naming convention ``F``, ``F__ts`` (its event time), ``F__eid`` (its event id)."""
+        fields = list(fields)
+        companions: dict[str, tuple[str, ...]] = {
+            f: (f"{f}{id_suffix}",) for f in fields if id_suffix is not None
+        }
+        for owner, cols in (greatest_companions or {}).items():
+            companions[owner] = tuple(cols)
+        return cls(
+            keys=tuple(keys),
+            guarded={f: f"{f}{time_suffix}" for f in fields},
+            greatest=tuple(greatest),
+            companions=companions,
+        )
+
+    def groups(self) -> list[GuardGroup]:
+        """Guarded columns and greatest columns, uniformly as (value, time, moved columns)."""
+        out = []
+        for value, time in self.guarded.items():
+            out.append(GuardGroup(value, time, (value, time, *self.companions.get(value, ()))))
+        for g in self.greatest:
+            out.append(GuardGroup(g, g, (g, *self.companions.get(g, ()))))
+        return out
+
+    def unguarded(self, schema: pa.Schema) -> list[str]:
+        """Non-key columns without a guard: they take the source value when it is not null."""
+        covered = set(self.keys)
+        for grp in self.groups():
+            covered.update(grp.moved)
+        return [name for name in schema.names if name not in covered]
+
+    def validate(self, schema: pa.Schema) -> None:
+        """Fail early when the spec names columns the table does not have."""
+        names = set(schema.names)
+        referenced = list(self.keys)
+        for grp in self.groups():
+            referenced.extend(grp.moved)
+        missing = [c for c in referenced if c not in names]
+        if missing:
+            raise MergeSpecError(
+                f"MergeSpec names columns the schema does not have: {', '.join(missing)} "
+                f"(schema columns: {', '.join(schema.names)})"
+            )
+
+    def merge_predicate(self, source_alias: str = "s", target_alias: str = "t") -> str:
+        """Key equality predicate of the MERGE."""
+        return " AND ".join(
+            f"{target_alias}.{quote_ident(k)} = {source_alias}.{quote_ident(k)}" for k in self.keys
+        )
+
+    def guard_condition(self, group: GuardGroup, source_alias: str = "s", target_alias: str = "t") -> str:
+        """SQL condition under which the source side of ``group`` wins."""
+        s_val = f"{source_alias}.{quote_ident(group.value)}"
+        s_time = f"{source_alias}.{quote_ident(group.time)}"
+        t_time = f"{target_alias}.{quote_ident(group.time)}"
+        return f"{s_val} IS NOT NULL AND ({t_time} IS NULL OR {s_time} >= {t_time})"
+
+    def update_expressions(
+        self, schema: pa.Schema, source_alias: str = "s", target_alias: str = "t"
+    ) -> dict[str, str]:
+        """``when_matched_update`` assignments for every non-key column (quoted column -> SQL)."""
+        updates: dict[str, str] = {}
+        for grp in self.groups():
+            cond = self.guard_condition(grp, source_alias, target_alias)
+            for col in grp.moved:
+                q = quote_ident(col)
+                updates[q] = f"CASE WHEN {cond} THEN {source_alias}.{q} ELSE {target_alias}.{q} END"
+        for col in self.unguarded(schema):
+            q = quote_ident(col)
+            updates[q] = f"COALESCE({source_alias}.{q}, {target_alias}.{q})"
+        return updates

@@ -1,0 +1,262 @@
+"""Durable record of work staged for a checkpoint but not yet in the Delta log: the manifests.
+
+A manifest is the only link between Parquet files sitting in the table folder and the checkpoint they
+belong to, so it is written atomically and durably (temp file, fsync, rename, fsync of the folder) and
+twice: ``pending`` before the first data byte is written (it names the token every file of this prepare
+carries, so a crash halfway leaves nothing that cannot be found and deleted) and ``prepared`` once all
+files are written and fsynced. Only ``prepared`` manifests are ever committed.
+
+Layout under the table root (names percent-encoded, so any app prefix or run id is a safe folder name)::
+
+    _lakestream/manifests/<app_prefix>/<run_id>/<subtask>/<checkpoint:020d>.json
+    _lakestream/staging/<app_prefix>/<run_id>/<subtask>/<checkpoint:020d>-<token>.parquet   (merge sources)
+
+Delta ignores folders starting with ``_`` and so does VACUUM, so the staging area never shows up as
+table data and is never vacuumed away; staged append files live in the partition folders instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import quote
+
+ManifestState = Literal["pending", "prepared"]
+ManifestKind = Literal["data_files", "merge_source"]
+
+STAGING_ROOT = "_lakestream"
+MANIFEST_FORMAT = 1
+
+
+def app_id_for(app_prefix: str, run_id: str, subtask: int) -> str:
+    """The Delta txn app id of one subtask of one run."""
+    return f"{app_prefix}:{run_id}:{subtask}"
+
+
+def _segment(name: str) -> str:
+    """Injective, path-safe folder name (no ``/``, no ``.``/``..``)."""
+    return quote(name, safe="").replace(".", "%2E")
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    """One file written at PRECOMMIT, with what its Delta ``add`` action will say."""
+
+    #: Relative to the table root, as on disk (posix separators, partition folders escaped once).
+    path: str
+    size_bytes: int
+    num_rows: int
+    partition_values: dict[str, str | None] = field(default_factory=dict)
+    #: Delta statistics JSON (empty for merge sources, which never enter the log).
+    stats: str = ""
+    modification_time_ms: int = 0
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What one subtask staged for one checkpoint."""
+
+    app_prefix: str
+    run_id: str
+    subtask: int
+    checkpoint_id: int
+    state: ManifestState
+    kind: ManifestKind
+    #: Every file of this prepare has ``token`` in its name; lets a pending manifest find partial files.
+    token: str
+    #: Folders (relative to the table root) where files carrying ``token`` may exist.
+    staging_dirs: tuple[str, ...]
+    files: tuple[StagedFile, ...] = ()
+    created_ms: int = 0
+
+    @property
+    def app_id(self) -> str:
+        """Delta txn app id this manifest commits under."""
+        return app_id_for(self.app_prefix, self.run_id, self.subtask)
+
+    @property
+    def num_rows(self) -> int:
+        """Rows staged (before any merge pre-reduction)."""
+        return sum(f.num_rows for f in self.files)
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes staged on disk."""
+        return sum(f.size_bytes for f in self.files)
+
+    def to_json(self) -> str:
+        """Serialized form; stable field names, versioned by ``format``."""
+        doc: dict[str, Any] = {
+            "format": MANIFEST_FORMAT,
+            "app_prefix": self.app_prefix,
+            "run_id": self.run_id,
+            "subtask": self.subtask,
+            "app_id": self.app_id,
+            "checkpoint_id": self.checkpoint_id,
+            "state": self.state,
+            "kind": self.kind,
+            "token": self.token,
+            "staging_dirs": list(self.staging_dirs),
+            "created_ms": self.created_ms,
+            "files": [
+                {
+                    "path": f.path,
+                    "size_bytes": f.size_bytes,
+                    "num_rows": f.num_rows,
+                    "partition_values": f.partition_values,
+                    "stats": f.stats,
+                    "modification_time_ms": f.modification_time_ms,
+                }
+                for f in self.files
+            ],
+        }
+        return json.dumps(doc, indent=1, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Manifest:
+        """Parse a manifest; rejects formats this code does not know."""
+        doc = json.loads(text)
+        if doc.get("format") != MANIFEST_FORMAT:
+            raise ValueError(f"unknown manifest format {doc.get('format')!r} (expected {MANIFEST_FORMAT})")
+        return cls(
+            app_prefix=doc["app_prefix"],
+            run_id=doc["run_id"],
+            subtask=int(doc["subtask"]),
+            checkpoint_id=int(doc["checkpoint_id"]),
+            state=doc["state"],
+            kind=doc["kind"],
+            token=doc["token"],
+            staging_dirs=tuple(doc["staging_dirs"]),
+            created_ms=int(doc["created_ms"]),
+            files=tuple(
+                StagedFile(
+                    path=f["path"],
+                    size_bytes=int(f["size_bytes"]),
+                    num_rows=int(f["num_rows"]),
+                    partition_values=dict(f["partition_values"]),
+                    stats=f["stats"],
+                    modification_time_ms=int(f["modification_time_ms"]),
+                )
+                for f in doc["files"]
+            ),
+        )
+
+
+def new_token() -> str:
+    """Unique per prepare; goes into every staged file name."""
+    return uuid.uuid4().hex
+
+
+def now_ms() -> int:
+    """Wall clock in epoch milliseconds (Delta's time unit)."""
+    return int(time.time() * 1000)
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename or a new entry in ``path`` durable (no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` so a reader sees the old or the new content, never a torn file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+class StagingArea:
+    """Manifests and merge sources of one app prefix inside one table folder."""
+
+    def __init__(self, table_root: Path, app_prefix: str) -> None:
+        self.table_root = table_root
+        self.app_prefix = app_prefix
+        self.manifest_root = table_root / STAGING_ROOT / "manifests" / _segment(app_prefix)
+        self.staging_root = table_root / STAGING_ROOT / "staging" / _segment(app_prefix)
+
+    def manifest_path(self, run_id: str, subtask: int, checkpoint_id: int) -> Path:
+        """Where the manifest of (run, subtask, checkpoint) lives."""
+        return self.manifest_root / _segment(run_id) / str(subtask) / f"{checkpoint_id:020d}.json"
+
+    def merge_source_dir(self, run_id: str, subtask: int) -> Path:
+        """Folder of a subtask's staged MERGE sources."""
+        return self.staging_root / _segment(run_id) / str(subtask)
+
+    def relative(self, path: Path) -> str:
+        """Path relative to the table root, posix style (what manifests store)."""
+        return path.relative_to(self.table_root).as_posix()
+
+    def write(self, manifest: Manifest) -> None:
+        """Durably (re)write a manifest."""
+        path = self.manifest_path(manifest.run_id, manifest.subtask, manifest.checkpoint_id)
+        atomic_write_text(path, manifest.to_json())
+
+    def delete(self, manifest: Manifest) -> None:
+        """Remove a manifest (idempotent)."""
+        path = self.manifest_path(manifest.run_id, manifest.subtask, manifest.checkpoint_id)
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        fsync_dir(path.parent)
+
+    def list_all(self) -> list[Manifest]:
+        """Every manifest of this app prefix, all runs and subtasks, sorted by (checkpoint, subtask)."""
+        found = [Manifest.from_json(p.read_text(encoding="utf-8")) for p in self._manifest_files()]
+        return sorted(found, key=lambda m: (m.checkpoint_id, m.run_id, m.subtask))
+
+    def _manifest_files(self) -> Iterator[Path]:
+        if not self.manifest_root.is_dir():
+            return
+        for run_dir in sorted(self.manifest_root.iterdir()):
+            if not run_dir.is_dir():
+                continue
+            for sub_dir in sorted(run_dir.iterdir()):
+                if sub_dir.is_dir():
+                    yield from sorted(p for p in sub_dir.glob("*.json") if not p.name.startswith("."))
+
+    def delete_staged_files(self, manifest: Manifest) -> None:
+        """Delete what a manifest staged: the listed files, and for pending ones any file with its token."""
+        for f in manifest.files:
+            with contextlib.suppress(FileNotFoundError):
+                (self.table_root / f.path).unlink()
+        if manifest.state == "pending":
+            for d in manifest.staging_dirs:
+                folder = self.table_root / d
+                if folder.is_dir():
+                    for p in folder.iterdir():
+                        if manifest.token in p.name and p.is_file():
+                            with contextlib.suppress(FileNotFoundError):
+                                p.unlink()
+
+    def remove_empty_run_dirs(self, keep_run_id: str) -> None:
+        """Tidy the folders of finished runs; the live run's folders stay (other subtasks use them)."""
+        for root in (self.manifest_root, self.staging_root):
+            if not root.is_dir():
+                continue
+            for run_dir in root.iterdir():
+                if not run_dir.is_dir() or run_dir.name == _segment(keep_run_id):
+                    continue
+                for sub_dir in run_dir.iterdir():
+                    with contextlib.suppress(OSError):
+                        sub_dir.rmdir()
+                with contextlib.suppress(OSError):
+                    run_dir.rmdir()
