@@ -59,7 +59,11 @@ def test_failure_mid_stream_gives_exact_table(kafka, tmp_path):
     poller.start()
     proc = subprocess.run(
         [sys.executable, str(JOB), kafka, topic, uri, str(tmp_path / "ckpt"), "700", str(marker)],
-        cwd=ROOT, capture_output=True, text=True, timeout=400, check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
     )
     poller.stop.set()
     poller.join(timeout=10)

@@ -49,11 +49,19 @@ def main() -> None:
     )
     env = build_env(cfg, checkpoint_dir=ckpt)
     records = kafka_records(
-        env, bootstrap_servers=bootstrap, topics=[topic], group_id="failing-land", starting_offsets="earliest",
-        bounded=True, name="kafka records", uid="fail-kafka",
+        env,
+        bootstrap_servers=bootstrap,
+        topics=[topic],
+        group_id="failing-land",
+        starting_offsets="earliest",
+        bounded=True,
+        name="kafka records",
+        uid="fail-kafka",
     )
     rows = records.map(FailOnce(int(fail_after), marker)).name("fail once").uid("fail-once")
-    spec = DeltaSinkSpec(table_uri=table_uri, app_prefix="failing-land/raw", schema=LANDING_SCHEMA, partition_by=())
+    spec = DeltaSinkSpec(
+        table_uri=table_uri, app_prefix="failing-land/raw", schema=LANDING_SCHEMA, partition_by=()
+    )
     sink_to_delta(rows, spec, name="delta raw", uid="fail-delta")
     env.execute("failing-land")
 
