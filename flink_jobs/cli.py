@@ -38,6 +38,22 @@ def _bootstrap(cfg: Config) -> str:
     return status.bootstrap_servers
 
 
+def _checkpoints(cfg: Config, job: str, *, resume: bool) -> tuple[str, Path | None]:
+    """Per-job checkpoint folder, and the retained checkpoint to resume from (unbounded runs).
+
+    Like Spark's checkpointLocation: a restarted unbounded job continues from its last completed
+    checkpoint (Kafka positions, keyed state, the sink's run id), which keeps it exactly once across
+    process restarts. ``--fresh`` starts over from the consumer group's committed offsets instead.
+    """
+    from lakestream.flink_runtime import latest_checkpoint
+
+    folder = Path(cfg.flink.checkpoint_dir) / job.replace("/", "-")
+    resume_from = latest_checkpoint(folder) if resume else None
+    if resume_from is not None:
+        print(f"resuming from checkpoint {resume_from}", flush=True)
+    return str(folder), resume_from
+
+
 def cmd_kafka(args: argparse.Namespace) -> int:
     """Start, stop or inspect the local single-node KRaft broker kept in the background."""
     from lakestream import kafka_broker
@@ -66,6 +82,9 @@ def cmd_land(args: argparse.Namespace) -> int:
     cfg = _config(args)
     bootstrap = _bootstrap(cfg)
     end_offsets = snapshot_end_offsets(bootstrap, args.topic) if args.bounded else None
+    checkpoint_dir, resume_from = _checkpoints(
+        cfg, f"land/{args.table}", resume=not (args.bounded or args.fresh)
+    )
     env = build_landing_job(
         cfg,
         bootstrap_servers=bootstrap,
@@ -74,6 +93,8 @@ def cmd_land(args: argparse.Namespace) -> int:
         bounded=args.bounded,
         starting_offsets=args.starting_offsets,
         end_offsets=end_offsets,
+        checkpoint_dir=checkpoint_dir,
+        resume_from=resume_from,
     )
     env.execute(args.job_name or f"lakestream-land {args.table}")
     if end_offsets is not None:
@@ -122,6 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bounded", action="store_true", help="stop at the offsets present at start")
     p.add_argument("--starting-offsets", choices=["committed", "earliest", "latest"], default="committed")
     p.add_argument("--job-name", default=None)
+    p.add_argument(
+        "--fresh", action="store_true", help="do not resume from the job's last retained checkpoint"
+    )
     p.set_defaults(func=cmd_land)
 
     p = sub.add_parser("tables", help="list Delta tables with row counts")

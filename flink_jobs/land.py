@@ -8,6 +8,7 @@ record with its Kafka coordinates, so anything downstream can be recomputed from
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -50,9 +51,11 @@ def build_landing_job(
     starting_offsets: StartingOffsets = "earliest",
     job_name: str = "lakestream-land",
     end_offsets: EndOffsets | None = None,
+    checkpoint_dir: str | None = None,
+    resume_from: Path | None = None,
 ) -> Any:
     """Assemble the landing graph and return its StreamExecutionEnvironment (not yet executed)."""
-    env = build_env(cfg.flink)
+    env = build_env(cfg.flink, checkpoint_dir=checkpoint_dir, resume_from=resume_from)
     records = kafka_records(
         env,
         bootstrap_servers=bootstrap_servers,

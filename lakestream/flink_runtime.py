@@ -84,24 +84,43 @@ def flink_settings(cfg: FlinkConfig, *, checkpoint_dir: str | None = None) -> di
     return settings
 
 
+def latest_checkpoint(checkpoint_dir: str | Path) -> Path | None:
+    """The newest completed checkpoint (``<job id>/chk-N`` with ``_metadata``) under ``checkpoint_dir``.
+
+    Flink writes ``_metadata`` last, so a folder without it is a checkpoint that never completed.
+    """
+    root = Path(checkpoint_dir)
+    if not root.is_dir():
+        return None
+    done = [m.parent for m in root.glob("*/chk-*/_metadata")]
+    if not done:
+        return None
+    return max(done, key=lambda p: (p.stat().st_mtime, int(p.name.split("-")[1])))
+
+
 def build_env(
     cfg: FlinkConfig,
     *,
     jars: Sequence[Path] | None = None,
     checkpoint_dir: str | None = None,
+    resume_from: Path | None = None,
     extra: dict[str, str] | None = None,
 ) -> StreamExecutionEnvironment:
     """A StreamExecutionEnvironment with lakestream's settings and jars.
 
     Under ``flink run`` this attaches to the cluster's environment; run from plain Python it starts a
-    local MiniCluster.
+    local MiniCluster. ``resume_from`` (a retained checkpoint or a savepoint) restores the job's state,
+    which is how a restarted process stays exactly once (see :func:`latest_checkpoint`).
     """
     from pyflink.common import Configuration
     from pyflink.datastream import StreamExecutionEnvironment
 
     require_java()
     conf = Configuration()
-    for key, value in {**flink_settings(cfg, checkpoint_dir=checkpoint_dir), **(extra or {})}.items():
+    settings = flink_settings(cfg, checkpoint_dir=checkpoint_dir)
+    if resume_from is not None:
+        settings["execution.state-recovery.path"] = Path(resume_from).resolve().as_uri()
+    for key, value in {**settings, **(extra or {})}.items():
         conf.set_string(key, value)
     env = StreamExecutionEnvironment.get_execution_environment(conf)
     env.set_python_executable(sys.executable)

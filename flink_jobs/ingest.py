@@ -1,0 +1,225 @@
+"""Ingest job: the four source topics into bronze, quarantine, review, late and silver Delta tables.
+
+Graph (operator uids in brackets; all stable, keep them across upgrades)::
+
+    Kafka, all source topics [ingest-kafka-source]                                     parallelism p
+      -> standardise: adapter by topic + quality.classify [ingest-standardise]           p (chained)
+           side BRONZE      -> bronze/order_events        every standardised event, duplicates included
+           side REVIEW      -> review/order_events        SUSPICIOUS (never in silver, never in watermarks)
+           side QUARANTINE  -> quarantine/order_events    adapter rejects + INVALID, raw bytes + reason
+           main (VALID)     -> event-time gate [ingest-event-time-gate]                    parallelism 1
+                               -> keyBy(order id) -> resolve orders [ingest-resolve-orders]  p
+                                    side LATE -> late/order_events   late arrivals + their watermark
+                                    main      -> silver/orders       MERGE, one row per order
+
+Every table is written by ``udfs.delta_sink.sink_to_delta`` (exactly once, committed on checkpoints).
+
+Determinism of "late"
+---------------------
+An event is late when its event time is <= the watermark at its arrival (Flink's definition), where
+the watermark is ``max(event time seen so far) - max_out_of_orderness - 1 ms``. Two things would make
+that depend on timing, and the design removes both:
+
+1. *When* the watermark advances. Periodic generators emit on processing time, and PyFlink operators
+   only advance their watermark between bundles. So watermarks are punctuated and the late decision is
+   taken in the same Java operator that generates them (``io.lakestream.flink.EventTimeGate``), record
+   by record: the late rows carry exactly the watermark that was current when they arrived.
+2. *Which* watermark: a min over parallel channels depends on how fast each progresses. The gate runs
+   at parallelism 1 over the union of all partitions, so there is one watermark and one arrival order.
+
+What stays non-deterministic is the interleaving of different partitions into the gate (Kafka only
+orders records within a partition). Hence the exact guarantee is: an event is late if an event more
+than ``max_out_of_orderness`` newer was read before it **from the same partition** (always true,
+whatever the interleaving), and never late if no event anywhere in the stream is more than the bound
+newer than it. Between those, lateness (and the recorded watermark) depends on how far the other
+partitions had been read: that is inherent to a watermark over several partitions, not an accident of
+this job. Only VALID events drive the watermark (a SUSPICIOUS clock far in the future would otherwise
+make everything after it late). Event times are compared at millisecond precision (floored).
+Idleness (``idleness_timeout``) marks the gate output idle after that much quiet, so a silent stream
+does not hold back multi-input operators downstream. The gate checkpoints its largest event time, so
+a restored job keeps its watermark instead of rebuilding it from nothing.
+
+Late events are still applied to silver: the per-field event-time guard (``lakestream.silver``) keeps a
+10:00 record from overwriting a 12:05 value; the late table records that it arrived late.
+
+``--bounded`` reads every topic from the consumer group's committed offsets (earliest where none) up to
+the offsets present at start, and finishes once every table committed its last rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from lakestream.config import Config
+
+JOB_NAME = "lakestream-ingest"
+
+BRONZE_TABLE = "bronze/order_events"
+QUARANTINE_TABLE = "quarantine/order_events"
+REVIEW_TABLE = "review/order_events"
+LATE_TABLE = "late/order_events"
+SILVER_TABLE = "silver/orders"
+TABLES = (BRONZE_TABLE, QUARANTINE_TABLE, REVIEW_TABLE, LATE_TABLE, SILVER_TABLE)
+
+
+def silver_merge_spec() -> Any:
+    """The MERGE of ``silver/orders``: per-field guards, ids moving with their values (``lakestream.silver``)."""
+    from lakestream.silver import LAST_EVENT_ID, LAST_EVENT_TIME, SILVER_EIDS, SILVER_GUARDED, SILVER_KEY
+    from sinks.merge_spec import MergeSpec
+
+    companions = {f: (eid,) for f, eid in SILVER_EIDS.items()}
+    companions[LAST_EVENT_TIME] = (LAST_EVENT_ID,)
+    return MergeSpec(
+        keys=SILVER_KEY, guarded=SILVER_GUARDED, greatest=(LAST_EVENT_TIME,), companions=companions
+    )
+
+
+def build_ingest_job(
+    cfg: Config, *, bootstrap_servers: str, bounded: bool, job_name: str = JOB_NAME
+) -> Any:
+    """Assemble the ingest graph and return its StreamExecutionEnvironment (not yet executed).
+
+    ``job_name`` prefixes the sinks' Delta transaction ids: keep it stable for a deployment.
+    """
+    from datetime import datetime, timezone
+
+    from flink_jobs.kafka_input import kafka_records
+    from lakestream.adapters import AdapterSettings
+    from lakestream.flink_runtime import build_env
+    from lakestream.quality import QualityRules
+    from lakestream.silver import SILVER_SCHEMA
+    from lakestream.standard import BRONZE_SCHEMA, LATE_SCHEMA, QUARANTINE_SCHEMA
+    from udfs.delta_sink import DeltaSinkSpec, sink_to_delta
+    from udfs.ingest_gate import gate_and_key
+    from udfs.ingest_resolve import LATE, ResolveOrders
+    from udfs.ingest_standardise import (
+        BRONZE,
+        QUARANTINE,
+        REVIEW,
+        STANDARD_TYPE,
+        VALUE_TYPE,
+        StandardiseFunction,
+    )
+
+    topics = dict(cfg.kafka.topics)
+    sources_by_topic = {topic: source for source, topic in topics.items()}
+    if len(sources_by_topic) != len(topics):
+        raise ValueError(f"kafka.topics: two sources share one topic ({topics}); give each source its own")
+    et = cfg.event_time
+    rules = QualityRules(
+        max_future=cfg.quality.max_future,
+        amount_ceiling=cfg.quality.amount_ceiling,
+        known_statuses=frozenset(cfg.quality.known_statuses),
+        min_event_time=datetime(2000, 1, 1, tzinfo=timezone.utc),
+    )
+
+    env = build_env(cfg.flink)
+    records = kafka_records(
+        env,
+        bootstrap_servers=bootstrap_servers,
+        topics=sorted(sources_by_topic),
+        group_id=cfg.kafka.group_id,
+        starting_offsets=cfg.kafka.starting_offsets,
+        bounded=bounded,
+        name="kafka source records",
+        uid="ingest-kafka-source",
+    )
+    standard = (
+        records.process(
+            StandardiseFunction(
+                sources_by_topic=sources_by_topic,
+                adapter_settings=AdapterSettings(source_zone=et.source_zone),
+                rules=rules,
+            ),
+            output_type=STANDARD_TYPE,
+        )
+        .name("standardise")
+        .uid("ingest-standardise")
+    )
+    bronze = standard.get_side_output(BRONZE)
+    review = standard.get_side_output(REVIEW)
+    quarantine = standard.get_side_output(QUARANTINE)
+    _, keyed = gate_and_key(
+        standard,
+        value_type=VALUE_TYPE,
+        max_out_of_orderness=et.max_out_of_orderness,
+        idleness_timeout=et.idleness_timeout,
+        name="event-time gate",
+        uid="ingest-event-time-gate",
+    )
+    silver = keyed.process(ResolveOrders(dedup_ttl=et.dedup_ttl)).name("resolve orders").uid(
+        "ingest-resolve-orders"
+    )
+    late = silver.get_side_output(LATE)
+
+    def sink(stream: Any, table: str, schema: Any, **options: Any) -> None:
+        spec = DeltaSinkSpec(
+            table_uri=cfg.lakehouse.table_uri(table),
+            app_prefix=f"{job_name}/{table}",
+            schema=schema,
+            **options,
+        )
+        sink_to_delta(stream, spec, name=f"delta {table}", uid=f"ingest-delta-{table.replace('/', '-')}")
+
+    sink(bronze, BRONZE_TABLE, BRONZE_SCHEMA)
+    sink(quarantine, QUARANTINE_TABLE, QUARANTINE_SCHEMA)
+    sink(review, REVIEW_TABLE, BRONZE_SCHEMA)
+    sink(late, LATE_TABLE, LATE_SCHEMA)
+    sink(silver, SILVER_TABLE, SILVER_SCHEMA, mode="merge", merge=silver_merge_spec())
+    return env
+
+
+def _add_ingest_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--lakehouse", help="override lakehouse.root (where Delta tables live)")
+    p.add_argument("--bootstrap-servers", help="override kafka.bootstrap_servers")
+    p.add_argument(
+        "--bounded",
+        action="store_true",
+        help="read every topic up to the offsets present at start, commit everything, then stop",
+    )
+
+
+def add_ingest_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``lakestream ingest`` on the CLI's sub-command parsers."""
+    p = subparsers.add_parser(
+        "ingest", help="Kafka sources -> bronze, quarantine, review, late and silver Delta tables"
+    )
+    _add_ingest_arguments(p)
+    p.set_defaults(func=cmd_ingest)
+    return p
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    """Run the ingest job (MiniCluster, or the cluster under ``flink run``); bounded runs list the tables."""
+    from flink_jobs.cli import _bootstrap, _config
+
+    cfg = _config(args)
+    env = build_ingest_job(cfg, bootstrap_servers=_bootstrap(cfg), bounded=args.bounded)
+    env.execute(JOB_NAME + (" (bounded)" if args.bounded else ""))
+    if args.bounded:
+        from flink_jobs.tables import print_tables
+
+        print_tables(cfg.lakehouse.root)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m flink_jobs.ingest [--config FILE] [--bounded]``: the ingest command on its own."""
+    from lakestream.config import ConfigError
+
+    parser = argparse.ArgumentParser(prog="lakestream ingest", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", default=None, help="TOML config file (see config/)")
+    _add_ingest_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return cmd_ingest(args)
+    except ConfigError as exc:
+        print(f"lakestream: configuration error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
