@@ -16,28 +16,32 @@ Every table is written by ``udfs.delta_sink.sink_to_delta`` (exactly once, commi
 
 Determinism of "late"
 ---------------------
-An event is late when its event time is <= the watermark at its arrival (Flink's definition), where
-the watermark is ``max(event time seen so far) - max_out_of_orderness - 1 ms``. Two things would make
-that depend on timing, and the design removes both:
+Watermarks are bounded out-of-orderness per Kafka partition: ``max(event time so far) -
+max_out_of_orderness - 1 ms`` over the partition's VALID events. An event is late when its event time is
+at or below its partition's watermark when it arrives (Flink's definition), and the late row carries
+that watermark. So "late" means: more than ``max_out_of_orderness`` older than an event that came before
+it in its own partition. Three things would make it depend on timing, and the design removes each:
 
-1. *When* the watermark advances. Periodic generators emit on processing time, and PyFlink operators
-   only advance their watermark between bundles. So watermarks are punctuated and the late decision is
-   taken in the same Java operator that generates them (``io.lakestream.flink.EventTimeGate``), record
-   by record: the late rows carry exactly the watermark that was current when they arrived.
-2. *Which* watermark: a min over parallel channels depends on how fast each progresses. The gate runs
-   at parallelism 1 over the union of all partitions, so there is one watermark and one arrival order.
+1. *When* a watermark advances. Periodic generators emit on processing time, and PyFlink operators
+   advance their watermark only between bundles. So the watermark advances record by record, and the
+   late decision is taken in the same Java operator (``io.lakestream.flink.EventTimeGate``).
+2. *Which* watermark. A watermark combined over partitions (the minimum, as a Flink source combines its
+   splits) or over parallel channels depends on how fast each is read: in a catch-up, one partition
+   read ahead would make everything else late, or a partition not read yet would hide real lateness.
+   Judging each event against its own partition depends only on the partition's order, which Kafka
+   fixes. (The gate runs at parallelism 1 and keeps the per-partition state for all partitions.)
+3. *Restarts*. The per-partition maxima are checkpointed, in step with the source offsets (aligned
+   checkpoints), so a restored job takes exactly the decisions the failed run would have taken.
 
-What stays non-deterministic is the interleaving of different partitions into the gate (Kafka only
-orders records within a partition). Hence the exact guarantee is: an event is late if an event more
-than ``max_out_of_orderness`` newer was read before it **from the same partition** (always true,
-whatever the interleaving), and never late if no event anywhere in the stream is more than the bound
-newer than it. Between those, lateness (and the recorded watermark) depends on how far the other
-partitions had been read: that is inherent to a watermark over several partitions, not an accident of
-this job. Only VALID events drive the watermark (a SUSPICIOUS clock far in the future would otherwise
-make everything after it late). Event times are compared at millisecond precision (floored).
-Idleness (``idleness_timeout``) marks the gate output idle after that much quiet, so a silent stream
-does not hold back multi-input operators downstream. The gate checkpoints its largest event time, so
-a restored job keeps its watermark instead of rebuilding it from nothing.
+Hence the late table is a function of the Kafka partitions' contents only: the same in every run, and
+what a test can compute exactly. Only VALID events move watermarks (a SUSPICIOUS clock far in the
+future would otherwise make everything after it late); times are compared in milliseconds (floored).
+
+The gate also emits a regular Flink watermark for event-time operators downstream: the minimum over
+the partitions seen so far that are not idle, never moving backwards. A partition without records for
+``idleness_timeout`` (processing time) leaves that minimum until its next record, so a quiet partition
+does not stall it, and when all are quiet the gate's output is marked idle. This combined watermark is
+timing-dependent by nature; nothing written to the tables depends on it.
 
 Late events are still applied to silver: the per-field event-time guard (``lakestream.silver``) keeps a
 10:00 record from overwriting a 12:05 value; the late table records that it arrived late.
@@ -51,9 +55,13 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from lakestream.config import Config
+
+if TYPE_CHECKING:  # pragma: no cover
+    from flink_jobs.kafka_input import EndOffsets
 
 JOB_NAME = "lakestream-ingest"
 
@@ -66,7 +74,7 @@ TABLES = (BRONZE_TABLE, QUARANTINE_TABLE, REVIEW_TABLE, LATE_TABLE, SILVER_TABLE
 
 
 def silver_merge_spec() -> Any:
-    """The MERGE of ``silver/orders``: per-field guards, ids moving with their values (``lakestream.silver``)."""
+    """The MERGE of ``silver/orders``: per-field guards, ids moving with their values (see silver)."""
     from lakestream.silver import LAST_EVENT_ID, LAST_EVENT_TIME, SILVER_EIDS, SILVER_GUARDED, SILVER_KEY
     from sinks.merge_spec import MergeSpec
 
@@ -78,11 +86,20 @@ def silver_merge_spec() -> Any:
 
 
 def build_ingest_job(
-    cfg: Config, *, bootstrap_servers: str, bounded: bool, job_name: str = JOB_NAME
+    cfg: Config,
+    *,
+    bootstrap_servers: str,
+    bounded: bool,
+    end_offsets: EndOffsets | None = None,
+    checkpoint_dir: str | None = None,
+    resume_from: Path | None = None,
+    job_name: str = JOB_NAME,
 ) -> Any:
     """Assemble the ingest graph and return its StreamExecutionEnvironment (not yet executed).
 
-    ``job_name`` prefixes the sinks' Delta transaction ids: keep it stable for a deployment.
+    ``end_offsets`` fixes where a bounded run stops (``kafka_input.snapshot_end_offsets``);
+    ``resume_from`` restores a retained checkpoint. ``job_name`` prefixes the sinks' Delta transaction
+    ids: keep it stable for a deployment.
     """
     from datetime import datetime, timezone
 
@@ -116,7 +133,7 @@ def build_ingest_job(
         min_event_time=datetime(2000, 1, 1, tzinfo=timezone.utc),
     )
 
-    env = build_env(cfg.flink)
+    env = build_env(cfg.flink, checkpoint_dir=checkpoint_dir, resume_from=resume_from)
     records = kafka_records(
         env,
         bootstrap_servers=bootstrap_servers,
@@ -124,6 +141,7 @@ def build_ingest_job(
         group_id=cfg.kafka.group_id,
         starting_offsets=cfg.kafka.starting_offsets,
         bounded=bounded,
+        end_offsets=end_offsets,
         name="kafka source records",
         uid="ingest-kafka-source",
     )
@@ -150,8 +168,10 @@ def build_ingest_job(
         name="event-time gate",
         uid="ingest-event-time-gate",
     )
-    silver = keyed.process(ResolveOrders(dedup_ttl=et.dedup_ttl)).name("resolve orders").uid(
-        "ingest-resolve-orders"
+    silver = (
+        keyed.process(ResolveOrders(dedup_ttl=et.dedup_ttl))
+        .name("resolve orders")
+        .uid("ingest-resolve-orders")
     )
     late = silver.get_side_output(LATE)
 
@@ -180,10 +200,15 @@ def _add_ingest_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="read every topic up to the offsets present at start, commit everything, then stop",
     )
+    p.add_argument(
+        "--fresh", action="store_true", help="do not resume from the job's last retained checkpoint"
+    )
 
 
-def add_ingest_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Register ``lakestream ingest`` on the CLI's sub-command parsers."""
+def add_ingest_parser(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse.ArgumentParser:
+    """Register ``lakestream ingest`` on the CLI's sub-command parsers (``parser.add_subparsers()``)."""
     p = subparsers.add_parser(
         "ingest", help="Kafka sources -> bronze, quarantine, review, late and silver Delta tables"
     )
@@ -193,12 +218,30 @@ def add_ingest_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    """Run the ingest job (MiniCluster, or the cluster under ``flink run``); bounded runs list the tables."""
-    from flink_jobs.cli import _bootstrap, _config
+    """Run the ingest job (MiniCluster, or the cluster under ``flink run``); bounded runs list the tables.
+
+    Unbounded runs resume from the job's newest retained checkpoint unless ``--fresh``; bounded runs
+    stop at the end offsets snapshotted here and commit them to the consumer group when done.
+    """
+    from flink_jobs.cli import _bootstrap, _checkpoints, _config
+    from flink_jobs.kafka_input import commit_group_offsets, snapshot_end_offsets
 
     cfg = _config(args)
-    env = build_ingest_job(cfg, bootstrap_servers=_bootstrap(cfg), bounded=args.bounded)
+    bootstrap = _bootstrap(cfg)
+    topics = sorted(set(cfg.kafka.topics.values()))
+    end_offsets = snapshot_end_offsets(bootstrap, topics) if args.bounded else None
+    checkpoint_dir, resume_from = _checkpoints(cfg, "ingest", resume=not (args.bounded or args.fresh))
+    env = build_ingest_job(
+        cfg,
+        bootstrap_servers=bootstrap,
+        bounded=args.bounded,
+        end_offsets=end_offsets,
+        checkpoint_dir=checkpoint_dir,
+        resume_from=resume_from,
+    )
     env.execute(JOB_NAME + (" (bounded)" if args.bounded else ""))
+    if end_offsets is not None:
+        commit_group_offsets(bootstrap, cfg.kafka.group_id, end_offsets)
     if args.bounded:
         from flink_jobs.tables import print_tables
 

@@ -1,0 +1,537 @@
+"""The ingest job end to end: real broker, MiniCluster (subprocess), five Delta tables equal to expectations.
+
+The expectations are computed here from what the test produced (the generator's ground truth, the
+payloads we hand-built and the Kafka coordinates the broker acknowledged), never by calling the job's
+adapters, quality rules or resolution.
+
+Lateness is exact by design (see ``flink_jobs.ingest``'s docstring): an event is judged against the
+watermark of its own Kafka partition, which depends only on that partition's order, so the expected late
+table (watermarks included) follows from the acknowledged coordinates. Besides the generator's own
+out-of-order and moved-to-the-end events, the stream carries hand-made late events stamped hours before
+everything on their partition and produced after it, and the seed scenario (12:00 Chaoyang, 12:05
+Haidian, then a 10:00 Xicheng record on the same partition).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from lakestream.kafka_broker import create_topic
+from lakestream.sample_events import SampleSettings, SourceEvent, expected_silver, generate
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+UTC = timezone.utc
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+START = datetime(2024, 6, 1, 4, 0, tzinfo=UTC)  # 12:00 in Asia/Shanghai
+BOUND = timedelta(minutes=30)  # event_time.max_out_of_orderness for this test
+LONG_AGO = START - timedelta(hours=3)  # late events: far behind anything on their partition
+RESOLVED = (
+    "user_id",
+    "status",
+    "amount",
+    "paid_amount",
+    "address",
+    "logistics_state",
+    "created_time",
+    "deleted",
+)
+SOURCES = ("orders_db", "payments", "logistics", "behaviour")
+
+
+@dataclass
+class Record:
+    """One produced Kafka record and what the test knows about it."""
+
+    ev: SourceEvent
+    kind: str  # valid | suspicious | invalid | malformed
+    topic: str = ""
+    partition: int = -1
+    offset: int = -1
+    label: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def coords(self) -> tuple[str, int, int]:
+        return (self.topic, self.partition, self.offset)
+
+    @property
+    def raw(self) -> bytes:
+        return self.ev.value or b""
+
+
+def _ms(ts: datetime) -> int:
+    return int(ts.timestamp() * 1000)
+
+
+def _local(ts: datetime) -> str:
+    return (ts + timedelta(hours=8)).strftime("%Y-%m-%d %H:%M:%S")  # Asia/Shanghai has no DST
+
+
+def db_event(
+    oid: str,
+    op: str,
+    at: datetime,
+    *,
+    status: str,
+    address: str | None,
+    amount: str = "88.00",
+    uid: str = "U1",
+) -> SourceEvent:
+    payload = {
+        "op": op,
+        "order_id": oid,
+        "user_id": uid,
+        "amount": amount,
+        "status": status,
+        "address": address,
+        "updated_at": _local(at),
+    }
+    sets: dict[str, Any] = {"user_id": uid, "amount": Decimal(amount), "status": status, "deleted": op == "d"}
+    if address is not None:
+        sets["address"] = address
+    if op == "c":
+        sets["created_time"] = at
+    return SourceEvent("orders_db", oid.encode(), json.dumps(payload).encode(), at, oid, sets)
+
+
+def raw_event(
+    source: str, key: bytes | None, value: Any, at: datetime | None = None, oid: str | None = None
+) -> SourceEvent:
+    data = value if isinstance(value, bytes) or value is None else json.dumps(value).encode()
+    return SourceEvent(source, key, data, at, oid, malformed=at is None)  # type: ignore[arg-type]
+
+
+def build_stream() -> tuple[list[Record], int]:
+    """Generated orders + the seed scenario + bad records + late records, in production order.
+
+    Also returns where the second half starts (see the restart test).
+    """
+    rng = random.Random(20240601)
+    generated = generate(SampleSettings(orders=300, start=START, seed=11, duplicate_ratio=0.06))
+    records = [Record(ev, "malformed" if ev.malformed else "valid", label="generated") for ev in generated]
+    orders = sorted({r.ev.order_id for r in records if r.ev.order_id and r.ev.source == "orders_db"})
+    with_payment = sorted({r.ev.order_id for r in records if r.kind == "valid" and r.ev.source == "payments"})
+    uids = sorted({r.ev.key.decode() for r in records if r.ev.source == "behaviour" and r.ev.key})
+
+    def insert(rec: Record, *, lo: int = 0) -> None:
+        records.insert(rng.randrange(lo, len(records) + 1), rec)
+
+    # The seed scenario: created 12:00 Chaoyang, updated 12:05 Haidian, then a 10:00 Xicheng record.
+    records.insert(
+        3,
+        Record(
+            db_event("1001", "c", START, status="created", address="Chaoyang"), "valid", label="seed-create"
+        ),
+    )
+    records.insert(
+        40,
+        Record(
+            db_event("1001", "u", START + timedelta(minutes=5), status="pending", address="Haidian"),
+            "valid",
+            label="seed-update",
+        ),
+    )
+
+    # SUSPICIOUS: kept out of silver and out of the watermark (a 2099 clock would make all else late).
+    oid = orders[5]
+    suspicious = [
+        db_event(oid, "u", START + timedelta(minutes=30), status="teleported", address="Mars"),
+        raw_event(
+            "payments",
+            oid.encode(),
+            {
+                "payId": "PSUS1",
+                "orderId": oid,
+                "payMoney": 250_000_000,
+                "paidAt": _ms(START + timedelta(minutes=20)),
+            },
+            START + timedelta(minutes=20),
+            oid,
+        ),
+        raw_event(
+            "logistics",
+            orders[6].encode(),
+            {
+                "trackingNo": "TFUT",
+                "order": orders[6],
+                "state": "teleported",
+                "ts": "2099-01-01T00:00:00+00:00",
+            },
+            datetime(2099, 1, 1, tzinfo=UTC),
+            orders[6],
+        ),
+        # Epoch seconds where millis are expected: decodes to January 1970, implausibly old.
+        raw_event(
+            "behaviour",
+            uids[0].encode(),
+            {"uid": uids[0], "event": "view", "ts": 1717214400},
+            EPOCH + timedelta(milliseconds=1717214400),
+        ),
+    ]
+    for ev in suspicious:
+        insert(Record(ev, "suspicious", label="suspicious"), lo=10)
+
+    # INVALID (well-typed, but breaks a business rule): quarantined by the quality stage.
+    invalid = [
+        raw_event(
+            "payments",
+            b"x",
+            {
+                "payId": "PNEG",
+                "orderId": orders[7],
+                "payMoney": -500,
+                "paidAt": _ms(START + timedelta(minutes=9)),
+            },
+            START + timedelta(minutes=9),
+            orders[7],
+        ),
+        raw_event(
+            "payments",
+            b"x",
+            {"payId": "PNOORDER", "payMoney": 500, "paidAt": _ms(START + timedelta(minutes=9))},
+            START + timedelta(minutes=9),
+            None,
+        ),
+        raw_event(
+            "logistics",
+            orders[8].encode(),
+            {"trackingNo": "TNOSTATE", "order": orders[8], "ts": (START + timedelta(minutes=9)).isoformat()},
+            START + timedelta(minutes=9),
+            orders[8],
+        ),
+        raw_event("orders_db", b"y", {"op": "u", "status": "paid", "updated_at": _local(START)}, START),
+    ]
+    for ev in invalid:
+        insert(Record(ev, "invalid", label="invalid"), lo=10)
+
+    # Malformed payloads of every source: never crash the job, always quarantined with a reason.
+    big = "x" * 200_000
+    malformed: list[tuple[str, Any]] = [
+        ("orders_db", b'{"op": "u", "order_id": "100003", "amount": "12'),  # truncated JSON
+        ("orders_db", {"op": "u", "order_id": "100004", "amount": "abc", "updated_at": _local(START)}),
+        ("orders_db", {"op": "u", "order_id": "100005", "amount": "1e30", "updated_at": _local(START)}),
+        ("orders_db", {"op": "u", "order_id": "100006", "status": "paid"}),  # no updated_at
+        ("orders_db", {"op": "x", "order_id": "100006", "updated_at": _local(START)}),
+        ("payments", {"payId": "PBAD", "orderId": "100007", "payMoney": "lots", "paidAt": _ms(START)}),
+        ("payments", {"orderId": "100007", "payMoney": 100, "paidAt": _ms(START)}),  # no payId
+        ("payments", {"payId": "PHUGE", "orderId": "100007", "payMoney": 10**40, "paidAt": _ms(START)}),
+        ("payments", b"\x00\x01\x02\xff\xfe binary \x80\x81"),
+        ("logistics", {"trackingNo": "TBAD", "order": "100008", "state": "in_transit", "ts": 12345}),
+        ("logistics", {"trackingNo": "TBAD", "order": "100008", "state": "x", "ts": "2024-06-01 12:00:00"}),
+        ("logistics", {"trackingNo": ["T"], "order": "100008", "state": "x", "ts": START.isoformat()}),
+        ("logistics", json.dumps({"trackingNo": "T" * 300}).encode()[:-1] + b" " * 10),  # truncated
+        ("behaviour", {"uid": "U1", "ts": _ms(START)}),  # no event name
+        ("behaviour", {"uid": "U1", "event": "view", "ts": "yesterday"}),
+        ("behaviour", {"uid": "U1", "event": big, "ts": _ms(START)}),  # huge value
+        ("behaviour", {"uid": "U1", "event": "view", "ts": _ms(START), "orderId": big}),
+        ("behaviour", None),  # null Kafka value
+        ("behaviour", b""),
+        ("payments", b"[1, 2, 3]"),
+    ]
+    for source, value in malformed:
+        key = None if value is not None else b"tombstone"  # Kafka needs a key or a value
+        insert(Record(raw_event(source, key, value), "malformed", label="malformed"), lo=5)
+
+    # Late: stamped hours before the window, produced after everything else on their partition.
+    late = [
+        db_event("1001", "u", START - timedelta(hours=2), status="shipped", address="Xicheng"),  # 10:00
+        db_event(orders[10], "u", LONG_AGO, status="completed", address="Shunyi"),
+        db_event(orders[11], "u", LONG_AGO, status="completed", address="Fengtai"),
+        raw_event(
+            "payments",
+            with_payment[3].encode(),
+            {"payId": "PLATE1", "orderId": with_payment[3], "payMoney": 777, "paidAt": _ms(LONG_AGO)},
+            LONG_AGO,
+            with_payment[3],
+        ),
+        raw_event(
+            "logistics",
+            orders[12].encode(),
+            {"trackingNo": "TLATE", "order": orders[12], "state": "lost", "ts": LONG_AGO.isoformat()},
+            LONG_AGO,
+            orders[12],
+        ),
+        raw_event(
+            "behaviour", uids[1].encode(), {"uid": uids[1], "event": "click", "ts": _ms(LONG_AGO)}, LONG_AGO
+        ),
+    ]
+    late_sets: list[dict[str, Any]] = [
+        {},
+        {},
+        {},
+        {"paid_amount": Decimal("7.77"), "status": "paid"},
+        {"logistics_state": "lost"},
+        {},
+    ]
+    # The seed's 10:00 record opens the second half: in the restart test it is the first record of its
+    # partition after the restore, so only the restored watermark state can tell that it is late.
+    split = len(records) // 2
+    records.insert(split, Record(late[0], "valid", label="late"))
+    for ev, sets in zip(late[1:], late_sets[1:], strict=True):
+        if sets:
+            ev = SourceEvent(ev.source, ev.key, ev.value, ev.event_time, ev.order_id, sets)
+        records.append(Record(ev, "valid", label="late"))
+    records.append(Record(late[1], "valid", label="late-duplicate"))  # a re-delivered late record
+    return records, split
+
+
+def produce(bootstrap: str, topics: dict[str, str], records: list[Record]) -> None:
+    """Send in list order (Kafka keeps it per partition); record the acknowledged coordinates."""
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap,
+        acks="all",
+        linger_ms=5,
+        max_in_flight_requests_per_connection=1,
+        max_request_size=4 << 20,
+    )
+    futures = [producer.send(topics[r.ev.source], key=r.ev.key, value=r.ev.value) for r in records]
+    producer.flush()
+    for rec, fut in zip(records, futures, strict=True):
+        meta = fut.get(timeout=30)
+        rec.topic, rec.partition, rec.offset = meta.topic, meta.partition, meta.offset
+    producer.close()
+
+
+def late_expectation(records: list[Record]) -> dict[tuple[str, int, int], int]:
+    """Coordinates of the records that must be late -> the watermark (ms) they arrived behind.
+
+    Written from the definition (``flink_jobs.ingest``): per Kafka partition, the watermark is the
+    largest VALID event time read so far minus BOUND minus 1 ms; a VALID event at or below it is late.
+    """
+    bound = int(BOUND.total_seconds() * 1000)
+    out: dict[tuple[str, int, int], int] = {}
+    partition_max: dict[tuple[str, int], int] = {}
+    for r in sorted((r for r in records if r.kind == "valid"), key=lambda r: r.coords):
+        ts = _ms(r.ev.event_time)
+        before = partition_max.get((r.topic, r.partition))
+        if before is not None and ts <= before - bound - 1:
+            out[r.coords] = before - bound - 1
+        partition_max[(r.topic, r.partition)] = ts if before is None else max(ts, before)
+    return out
+
+
+def run_ingest(env: dict[str, str], timeout: float = 200) -> subprocess.CompletedProcess[str]:
+    """``python -m flink_jobs.ingest --bounded`` in its own process (own JVM), failing with its output."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "flink_jobs.ingest", "--bounded"],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise AssertionError(
+            f"ingest exited {proc.returncode}\n--- stdout\n{proc.stdout[-5000:]}"
+            f"\n--- stderr\n{proc.stderr[-8000:]}"
+        )
+    return proc
+
+
+def read(lakehouse: Path, table: str) -> list[dict[str, Any]]:
+    return DeltaTable(str(lakehouse / table)).to_pyarrow_table().to_pylist()
+
+
+def by_coords(rows: list[dict[str, Any]]) -> dict[tuple[str, int, int], dict[str, Any]]:
+    out = {(r["topic"], r["partition"], r["offset"]): r for r in rows}
+    assert len(out) == len(rows), "a Kafka record was written twice"
+    return out
+
+
+def table_rows(lakehouse: Path, table: str) -> int:
+    try:
+        return DeltaTable(str(lakehouse / table)).to_pyarrow_dataset().count_rows()
+    except TableNotFoundError:
+        return 0
+
+
+def expected_counts(records: list[Record]) -> dict[str, int]:
+    kinds = Counter(r.kind for r in records)
+    return {
+        "bronze/order_events": len(records) - kinds["malformed"],
+        "quarantine/order_events": kinds["malformed"] + kinds["invalid"],
+        "review/order_events": kinds["suspicious"],
+        "late/order_events": len(late_expectation(records)),
+    }
+
+
+def setup_topics(kafka: str, tmp_path: Path, lakehouse: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """Fresh topics (3 partitions each) and the job's environment overrides."""
+    run = f"ingest{int(time.time() * 1000) % 10**8}"
+    topics = {s: f"{run}.{s}" for s in SOURCES}
+    for topic in topics.values():
+        create_topic(kafka, topic, partitions=3)
+    env = {
+        "LAKESTREAM__KAFKA__BOOTSTRAP_SERVERS": kafka,
+        "LAKESTREAM__KAFKA__GROUP_ID": run,
+        **{f"LAKESTREAM__KAFKA__TOPICS__{s.upper()}": t for s, t in topics.items()},
+        "LAKESTREAM__LAKEHOUSE__ROOT": str(lakehouse),
+        "LAKESTREAM__FLINK__CHECKPOINT_DIR": str(tmp_path / "checkpoints"),
+        "LAKESTREAM__FLINK__CHECKPOINT_INTERVAL": '"1s"',
+        "LAKESTREAM__FLINK__PARALLELISM": "2",
+        "LAKESTREAM__EVENT_TIME__MAX_OUT_OF_ORDERNESS": '"30m"',
+    }
+    return topics, env
+
+
+def assert_tables(lakehouse: Path, records: list[Record]) -> None:
+    """All five tables equal what the produced records imply."""
+    kinds = Counter(r.kind for r in records)
+    assert kinds["malformed"] >= 20 and kinds["suspicious"] == 4 and kinds["invalid"] == 4
+
+    # Bronze: every standardised event exactly once (duplicate deliveries included), with coordinates.
+    bronze = by_coords(read(lakehouse, "bronze/order_events"))
+    standardised = {r.coords: r for r in records if r.kind != "malformed"}
+    assert set(bronze) == set(standardised)
+    quality = {"valid": "VALID", "suspicious": "SUSPICIOUS", "invalid": "INVALID"}
+    for coords, rec in standardised.items():
+        row = bronze[coords]
+        assert (row["source"], row["raw"], row["order_id"], row["event_time"], row["quality"]) == (
+            rec.ev.source,
+            rec.raw,
+            rec.ev.order_id,
+            rec.ev.event_time,
+            quality[rec.kind],
+        ), rec.label
+
+    # Quarantine: adapter rejects (malformed) and INVALID events, byte-exact, each with a reason.
+    quarantine = by_coords(read(lakehouse, "quarantine/order_events"))
+    rejected = {r.coords: r for r in records if r.kind in ("malformed", "invalid")}
+    assert set(quarantine) == set(rejected)
+    for coords, rec in rejected.items():
+        row = quarantine[coords]
+        stage = "adapter" if rec.kind == "malformed" else "quality"
+        assert (row["raw"], row["source"], row["stage"]) == (rec.raw, rec.ev.source, stage), rec.label
+        assert re.match(r"^[\w/]+: \S", row["reason"]), row["reason"]
+
+    # Review: the SUSPICIOUS events, and nothing else.
+    review = by_coords(read(lakehouse, "review/order_events"))
+    assert set(review) == {r.coords for r in records if r.kind == "suspicious"}
+    assert all(row["quality"] == "SUSPICIOUS" and row["quality_reason"] for row in review.values())
+
+    # Late: exactly the late arrivals (the re-delivery too), each with the watermark it arrived behind.
+    expected_late = late_expectation(records)
+    late = by_coords(read(lakehouse, "late/order_events"))
+    labels = Counter(rec.label for rec in records if rec.coords in expected_late)
+    assert labels["late"] == 6 and labels["late-duplicate"] == 1 and labels["generated"] >= 1, labels
+    assert set(late) == set(expected_late)
+    for coords, watermark in expected_late.items():
+        assert _ms(late[coords]["watermark"]) == watermark, coords
+        assert late[coords]["event_time"] == standardised[coords].ev.event_time
+    seed_late = next(r for r in records if r.label == "late" and r.ev.order_id == "1001")
+    assert late[seed_late.coords]["address"] == "Xicheng"
+
+    # Silver: one row per order, equal to the generator's ground truth (VALID events, late ones included).
+    silver_rows = read(lakehouse, "silver/orders")
+    silver = {r["order_id"]: {f: r[f] for f in RESOLVED if r[f] is not None} for r in silver_rows}
+    assert len(silver) == len(silver_rows)
+    expected = expected_silver([r.ev for r in records if r.kind == "valid"])
+    assert silver == expected
+    assert silver["1001"]["address"] == "Haidian" and silver["1001"]["status"] == "pending"
+
+
+def test_ingest_bounded_tables_equal_expectations(kafka: str, lakehouse: Path, tmp_path: Path) -> None:
+    topics, env = setup_topics(kafka, tmp_path, lakehouse)
+    records, _ = build_stream()
+    produce(kafka, topics, records)
+
+    started = time.monotonic()
+    out = run_ingest(env)
+    print(f"bounded ingest of {len(records)} records took {time.monotonic() - started:.1f}s")
+    for table in (*expected_counts(records), "silver/orders"):
+        assert table in out.stdout
+    assert_tables(lakehouse, records)
+
+    # The run finished with its extent committed to the consumer group: a second run adds nothing.
+    consumer = KafkaConsumer(bootstrap_servers=kafka, group_id=env["LAKESTREAM__KAFKA__GROUP_ID"])
+    partitions = [TopicPartition(t, p) for t in topics.values() for p in range(3)]
+    try:
+        committed = {tp: consumer.committed(tp) for tp in partitions}
+        assert committed == consumer.end_offsets(partitions)
+    finally:
+        consumer.close()
+
+
+def start_unbounded(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "flink_jobs.ingest"],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group: the MiniCluster JVM and Python workers die with it
+    )
+
+
+def kill(proc: subprocess.Popen[bytes]) -> None:
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+def wait_for(
+    lakehouse: Path, counts: dict[str, int], proc: subprocess.Popen[bytes], log: Path, timeout: float = 150
+) -> None:
+    """Until every table has at least its count of committed rows (the job keeps running)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(table_rows(lakehouse, t) >= n for t, n in counts.items()):
+            return
+        assert proc.poll() is None, f"job exited early:\n{log.read_text()[-4000:]}"
+        time.sleep(0.5)
+    got = {t: table_rows(lakehouse, t) for t in counts}
+    raise AssertionError(f"tables {got}, expected {counts}\n{log.read_text()[-4000:]}")
+
+
+def test_ingest_killed_and_resumed_gives_the_same_tables(kafka: str, lakehouse: Path, tmp_path: Path) -> None:
+    """SIGKILL, restart: state (watermarks, orders, sinks) resumes; tables equal expectations.
+
+    The first run is killed once the first half is committed everywhere, and the second half is produced
+    only then, so the restored watermarks alone decide whether its first records are late.
+    """
+    topics, env = setup_topics(kafka, tmp_path, lakehouse)
+    records, half = build_stream()
+    first_half = records[:half]
+    produce(kafka, topics, first_half)
+    log = tmp_path / "ingest.log"
+
+    started = time.monotonic()
+    first = start_unbounded(env, log)
+    try:
+        counts = expected_counts(first_half)
+        counts["silver/orders"] = len(expected_silver([r.ev for r in first_half if r.kind == "valid"]))
+        wait_for(lakehouse, counts, first, log)
+        time.sleep(1.5)  # a few more (empty) checkpoints; the kill lands anywhere between them
+    finally:
+        kill(first)  # no clean shutdown: staged files and uncommitted checkpoints stay behind
+    produce(kafka, topics, records[half:])
+
+    second = start_unbounded(env, log)
+    try:
+        wait_for(lakehouse, expected_counts(records), second, log)
+        time.sleep(3)  # a few more checkpoints: nothing may be added twice
+    finally:
+        kill(second)
+    print(f"kill-and-resume ingest of {len(records)} records took {time.monotonic() - started:.1f}s")
+    assert "resuming from checkpoint" in log.read_text()
+    assert_tables(lakehouse, records)
