@@ -148,9 +148,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_land)
 
+    from flink_jobs.changefeed import add_changefeed_parser
     from flink_jobs.ingest import add_ingest_parser
 
     add_ingest_parser(sub)
+    add_changefeed_parser(sub)
 
     p = sub.add_parser("tables", help="list Delta tables with row counts")
     common(p)

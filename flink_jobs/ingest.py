@@ -41,13 +41,16 @@ The gate also emits a regular Flink watermark for event-time operators downstrea
 the partitions seen so far that are not idle, never moving backwards. A partition without records for
 ``idleness_timeout`` (processing time) leaves that minimum until its next record, so a quiet partition
 does not stall it, and when all are quiet the gate's output is marked idle. This combined watermark is
-timing-dependent by nature; nothing written to the tables depends on it.
+timing-dependent by nature; nothing written to the tables depends on it. Being at most any partition's
+watermark, it never calls an event late that the per-partition rule calls on time.
 
 Late events are still applied to silver: the per-field event-time guard (``lakestream.silver``) keeps a
 10:00 record from overwriting a 12:05 value; the late table records that it arrived late.
 
 ``--bounded`` reads every topic from the consumer group's committed offsets (earliest where none) up to
-the offsets present at start, and finishes once every table committed its last rows.
+the end offsets snapshotted at start, finishes once every table committed its last rows, then commits
+those end offsets to the consumer group (so the next run starts where this one ended). Unbounded runs
+resume from the job's newest retained checkpoint (``--fresh`` to start from the committed offsets).
 """
 
 from __future__ import annotations
@@ -110,7 +113,7 @@ def build_ingest_job(
     from lakestream.silver import SILVER_SCHEMA
     from lakestream.standard import BRONZE_SCHEMA, LATE_SCHEMA, QUARANTINE_SCHEMA
     from udfs.delta_sink import DeltaSinkSpec, sink_to_delta
-    from udfs.ingest_gate import gate_and_key
+    from udfs.ingest_gate import gate_and_key, side_output
     from udfs.ingest_resolve import LATE, ResolveOrders
     from udfs.ingest_standardise import (
         BRONZE,
@@ -157,9 +160,9 @@ def build_ingest_job(
         .name("standardise")
         .uid("ingest-standardise")
     )
-    bronze = standard.get_side_output(BRONZE)
-    review = standard.get_side_output(REVIEW)
-    quarantine = standard.get_side_output(QUARANTINE)
+    bronze = side_output(standard, BRONZE)
+    review = side_output(standard, REVIEW)
+    quarantine = side_output(standard, QUARANTINE)
     _, keyed = gate_and_key(
         standard,
         value_type=VALUE_TYPE,
@@ -173,7 +176,7 @@ def build_ingest_job(
         .name("resolve orders")
         .uid("ingest-resolve-orders")
     )
-    late = silver.get_side_output(LATE)
+    late = side_output(silver, LATE)
 
     def sink(stream: Any, table: str, schema: Any, **options: Any) -> None:
         spec = DeltaSinkSpec(

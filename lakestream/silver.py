@@ -5,7 +5,7 @@ Each resolved field ``F`` has three columns: ``F`` (value), ``F__ts`` (event tim
 a payment at 12:03 and an address change at 12:05 touch different fields, so neither can clobber the
 other, and a late 10:00 record loses field by field against anything newer.
 
-The Delta MERGE (written by the lead) and the in-memory rules (``lakestream.resolution``) must apply the
+The Delta MERGE (``sinks.merge_spec``) and the in-memory rules (``lakestream.resolution``) must apply the
 same guard, implemented here on rows by ``merge_rows``; per field::
 
     set F = s.F, F__ts = s.F__ts, F__eid = s.F__eid

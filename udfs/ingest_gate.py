@@ -5,6 +5,9 @@ must be made in arrival order, record by record, and a Python operator only sees
 between bundles. Its output is keyed here with the plain Java ``KeyByKeySelector`` on the key field the
 standardiser already wrote, so no extra Python operator runs at parallelism 1 (PyFlink's ``key_by``
 would add one to compute the key).
+
+``side_output`` exists for the same reason: PyFlink's ``get_side_output`` appends an identity Python map
+(one more Python round trip per record, and an operator without a stable uid).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyflink.common.typeinfo import TypeInformation
-    from pyflink.datastream import DataStream, KeyedStream
+    from pyflink.datastream import DataStream, KeyedStream, OutputTag
 
 _GATE_CLASS = "io.lakestream.flink.EventTimeGate"
 
@@ -51,3 +54,10 @@ def gate_and_key(
     gated = DataStream(j_gated)
     j_keyed = j_gated.keyBy(jvm.KeyByKeySelector(), Types.ROW([Types.STRING()]).get_java_type_info())
     return gated, KeyedStream(j_keyed, value_type, gated)
+
+
+def side_output(stream: DataStream, tag: OutputTag) -> DataStream:
+    """The side output ``tag`` of a Python operator, as the plain Java side-output stream (no operator)."""
+    from pyflink.datastream import DataStream
+
+    return DataStream(stream._j_data_stream.getSideOutput(tag.get_java_output_tag()))

@@ -164,19 +164,34 @@ def test_update_sql_guards_value_time_and_companion_together() -> None:
 # ---------------------------------------------------------------- pre-reduction = row-by-row fold
 
 SMALL = pa.schema(
-    [("k", pa.string()), ("a", pa.string()), ("a_t", pa.int64()), ("a_id", pa.string()),
-     ("g", pa.int64()), ("g_id", pa.string()), ("u", pa.int64())]
+    [
+        ("k", pa.string()),
+        ("a", pa.string()),
+        ("a_t", pa.int64()),
+        ("a_id", pa.string()),
+        ("g", pa.int64()),
+        ("g_id", pa.string()),
+        ("u", pa.int64()),
+    ]
 )
-SMALL_SPEC = MergeSpec(keys=("k",), guarded={"a": "a_t"}, greatest=("g",),
-                       companions={"a": ("a_id",), "g": ("g_id",)})
+SMALL_SPEC = MergeSpec(
+    keys=("k",), guarded={"a": "a_t"}, greatest=("g",), companions={"a": ("a_id",), "g": ("g_id",)}
+)
 maybe_int = st.none() | st.integers(0, 3)
 small_rows = st.lists(
-    st.fixed_dictionaries({
-        "k": st.sampled_from(["x", "y", "z"]), "a": st.none() | st.sampled_from(["p", "q", "r"]),
-        "a_t": maybe_int, "a_id": st.text("ab", max_size=2), "g": maybe_int,
-        "g_id": st.text("ab", max_size=2), "u": maybe_int,
-    }),
-    min_size=1, max_size=14,
+    st.fixed_dictionaries(
+        {
+            "k": st.sampled_from(["x", "y", "z"]),
+            "a": st.none() | st.sampled_from(["p", "q", "r"]),
+            "a_t": maybe_int,
+            "a_id": st.text("ab", max_size=2),
+            "g": maybe_int,
+            "g_id": st.text("ab", max_size=2),
+            "u": maybe_int,
+        }
+    ),
+    min_size=1,
+    max_size=14,
 )
 
 
@@ -205,8 +220,9 @@ def test_event_time_guard_in_the_delta_merge(tmp_path: Path) -> None:
     w = silver_writer(t, None)
     checkpoints = [
         [
-            event("o1", "e1", 10, user_id="u1", status="created", amount=Decimal("5.00"),
-                  created_time=ts(10)),
+            event(
+                "o1", "e1", 10, user_id="u1", status="created", amount=Decimal("5.00"), created_time=ts(10)
+            ),
             event("o2", "e2", 11, status="created"),
         ],
         [
@@ -340,8 +356,10 @@ def test_merge_conflicting_with_a_compaction_is_rerun(tmp_path: Path) -> None:
 
 def test_rescale_2_to_1_merges_both_subtasks_sources_in_one_commit(tmp_path: Path) -> None:
     t = tmp_path / "silver"
-    rows = {0: [event("o1", "e1", 5, status="s0"), event("o2", "e2", 1, address="x")],
-            1: [event("o1", "e3", 4, status="s1", user_id="u"), event("o3", "e4", 2, deleted=True)]}
+    rows = {
+        0: [event("o1", "e1", 5, status="s0"), event("o2", "e2", 1, address="x")],
+        1: [event("o1", "e3", 4, status="s1", user_id="u"), event("o3", "e4", 2, deleted=True)],
+    }
     for i in (0, 1):
         w = silver_writer(t, None, subtask=i, parallelism=2)
         w.write(batch(rows[i]))
@@ -365,8 +383,16 @@ def test_upsert_replaces_whole_rows_with_the_latest(tmp_path: Path) -> None:
     w.write(batch([{"id": 1, "v": "a", "w": "x"}, {"id": 2, "v": "b", "w": "y"}], KV))
     w.prepare(1)
     w.commit(1)
-    w.write(batch([{"id": 1, "v": "a2", "w": "x2"}, {"id": 1, "v": None, "w": "x3"},
-                   {"id": 3, "v": "c", "w": None}], KV))
+    w.write(
+        batch(
+            [
+                {"id": 1, "v": "a2", "w": "x2"},
+                {"id": 1, "v": None, "w": "x3"},
+                {"id": 3, "v": "c", "w": None},
+            ],
+            KV,
+        )
+    )
     w.prepare(2)
     w.commit(2)
     expected = pa.Table.from_pylist(

@@ -429,8 +429,11 @@ def test_statistics_json_is_what_delta_readers_expect(tmp_path: Path) -> None:
     w.write(
         pa.RecordBatch.from_pylist(
             [
-                {"k": 1, "ts": dt.datetime(2024, 1, 1, 0, 0, 0, 999_999, tzinfo=utc),
-                 "d": dt.date(2024, 1, 1)},
+                {
+                    "k": 1,
+                    "ts": dt.datetime(2024, 1, 1, 0, 0, 0, 999_999, tzinfo=utc),
+                    "d": dt.date(2024, 1, 1),
+                },
                 {"k": None, "ts": dt.datetime(2024, 1, 1, 0, 0, 0, 1, tzinfo=utc), "d": None},
             ],
             schema=schema,
@@ -468,8 +471,12 @@ def test_batches_must_match_the_schema(tmp_path: Path) -> None:
     w = writer(tmp_path / "t", None)
     with pytest.raises(BatchSchemaError, match="missing: \\['p'\\]"):
         w.write(pa.RecordBatch.from_pylist([{"id": 1, "v": "x"}]))
-    w.write(pa.RecordBatch.from_pylist([{"id": 1, "v": "x", "p": "a"}], schema=pa.schema(
-        [("id", pa.int32()), ("v", pa.string()), ("p", pa.string())])))  # safe cast int32 -> int64
+    w.write(
+        pa.RecordBatch.from_pylist(
+            [{"id": 1, "v": "x", "p": "a"}],
+            schema=pa.schema([("id", pa.int32()), ("v", pa.string()), ("p", pa.string())]),
+        )
+    )  # safe cast int32 -> int64
     with pytest.raises(BatchSchemaError, match="id: int64 -> string"):
         w.write(pa.RecordBatch.from_pylist([{"id": "x", "v": "x", "p": "a"}]))
 
