@@ -78,8 +78,10 @@ class RestoreBehindTableError(DeltaSinkError):
         self.app_id = app_id
         self.restored_checkpoint_id = restored_checkpoint_id
         self.committed_version = committed_version
-        restored = "no checkpoint (fresh start)" if restored_checkpoint_id is None else (
-            f"checkpoint {restored_checkpoint_id}"
+        restored = (
+            "no checkpoint (fresh start)"
+            if restored_checkpoint_id is None
+            else (f"checkpoint {restored_checkpoint_id}")
         )
         super().__init__(
             f"restored from {restored}, but the table already holds commits of {app_id} up to checkpoint "
