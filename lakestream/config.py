@@ -23,6 +23,8 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Literal
 
+from lakestream.quality import DEFAULT_RULES
+
 import tomllib
 
 ENV_PREFIX = "LAKESTREAM__"
@@ -114,20 +116,14 @@ class EventTimeConfig:
 
 @dataclass(frozen=True, slots=True)
 class QualityConfig:
-    """Thresholds that turn a parsable event into SUSPICIOUS rather than VALID."""
+    """Thresholds that turn a parsable event into SUSPICIOUS rather than VALID.
 
-    max_future: timedelta = timedelta(hours=1)
-    amount_ceiling: Decimal = Decimal("1000000")
-    known_statuses: tuple[str, ...] = (
-        "created",
-        "pending",
-        "paid",
-        "shipped",
-        "delivered",
-        "completed",
-        "cancelled",
-        "refunded",
-    )
+    The defaults are ``lakestream.quality.DEFAULT_RULES``'s, so the job and the pure rules agree.
+    """
+
+    max_future: timedelta = DEFAULT_RULES.max_future
+    amount_ceiling: Decimal = DEFAULT_RULES.amount_ceiling
+    known_statuses: tuple[str, ...] = tuple(sorted(DEFAULT_RULES.known_statuses))
 
 
 @dataclass(frozen=True, slots=True)
