@@ -104,7 +104,8 @@ def build_changefeed_job(
     schema_changes: Literal["fail", "additive"] = "fail",
     bootstrap_servers: str | None = None,
     exactly_once: bool = True,
-    restore_from: str | None = None,
+    restore_from: str | Path | None = None,
+    checkpoint_dir: str | None = None,
 ) -> Any:
     """Assemble the change-feed graph; returns the StreamExecutionEnvironment (not yet executed).
 
@@ -135,7 +136,7 @@ def build_changefeed_job(
         # The trigger ticks of an unbounded run and of a bounded one have different uids; their
         # positions mean nothing, so a restore across the two simply drops the old tick state.
         extra["execution.state-recovery.ignore-unclaimed-state"] = "true"
-    env = build_env(cfg.flink, extra=extra)
+    env = build_env(cfg.flink, checkpoint_dir=checkpoint_dir, extra=extra)
     slug = table.strip("/").replace("/", "-").replace(":", "-")
     rows = delta_source(
         env,
@@ -261,7 +262,14 @@ def add_changefeed_parser(subparsers: Any) -> argparse.ArgumentParser:
         action="store_false",
         help="Kafka output without transactions (duplicates possible after failures)",
     )
-    p.add_argument("--from-checkpoint", default=None, help="resume from this retained checkpoint folder")
+    p.add_argument(
+        "--from-checkpoint",
+        default=None,
+        help="resume from this retained checkpoint or savepoint (default: the newest retained one)",
+    )
+    p.add_argument(
+        "--fresh", action="store_true", help="do not resume from the job's last retained checkpoint"
+    )
     p.add_argument("--job-name", default=None)
     p.set_defaults(func=cmd_changefeed)
     return p
@@ -278,9 +286,14 @@ def _config(args: argparse.Namespace) -> Config:
 
 def cmd_changefeed(args: argparse.Namespace) -> int:
     """Run the change-feed job until it is cancelled (or for ``--polls`` polls)."""
+    from flink_jobs.cli import _checkpoints
     from sources.errors import DeltaSourceError
 
     cfg = _config(args)
+    checkpoint_dir, latest = _checkpoints(
+        cfg, f"changefeed/{args.table}/{args.to.kind}/{args.to.value}", resume=not args.fresh
+    )
+    restore_from = args.from_checkpoint or latest
     bootstrap = None
     if args.to.kind == "kafka":
         from flink_jobs.cli import _bootstrap
@@ -300,7 +313,8 @@ def cmd_changefeed(args: argparse.Namespace) -> int:
             schema_changes=args.schema_changes,
             bootstrap_servers=bootstrap,
             exactly_once=args.exactly_once,
-            restore_from=args.from_checkpoint,
+            restore_from=restore_from,
+            checkpoint_dir=checkpoint_dir,
         )
     except DeltaSourceError as exc:
         print(f"lakestream changefeed: {exc}", file=sys.stderr)

@@ -23,9 +23,9 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Literal
 
-from lakestream.quality import DEFAULT_RULES
-
 import tomllib
+
+from lakestream.quality import DEFAULT_RULES
 
 ENV_PREFIX = "LAKESTREAM__"
 

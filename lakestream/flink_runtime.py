@@ -92,7 +92,7 @@ def latest_checkpoint(checkpoint_dir: str | Path) -> Path | None:
     root = Path(checkpoint_dir)
     if not root.is_dir():
         return None
-    done = [m.parent for m in root.glob("*/chk-*/_metadata")]
+    done = [m.parent for m in root.rglob("chk-*/_metadata")]
     if not done:
         return None
     return max(done, key=lambda p: (p.stat().st_mtime, int(p.name.split("-")[1])))
