@@ -48,6 +48,22 @@ class DeltaSinkSpec:
     writer_options: dict[str, Any] = field(default_factory=dict)
 
 
+#: Flink gauge name -> ``sinks.writer_metrics.WriterMetrics`` attribute (``*_s`` exported in ms).
+_WRITER_GAUGES = {
+    "rowsCommitted": "rows_committed",
+    "filesCommitted": "files_committed",
+    "bytesCommitted": "bytes_committed",
+    "commits": "commits",
+    "commitRetries": "commit_retries",
+    "lastCommitLatencyMs": "last_commit_latency_s",
+    "maxCommitLatencyMs": "max_commit_latency_s",
+    "stagedRowsUncommitted": "staged_rows",
+    "stagedFilesUncommitted": "staged_files",
+    "stagedBytesUncommitted": "staged_bytes",
+    "bufferedRows": "buffered_rows",
+}
+
+
 def rows_to_batch(rows: list[tuple[Any, ...]], schema: pa.Schema) -> pa.RecordBatch:
     """Column-wise conversion of value tuples (schema order) into one typed Arrow batch."""
     if not rows:
@@ -66,29 +82,33 @@ class DeltaSinkFunction(ProcessFunction):  # type: ignore[misc]
         self.rows: list[tuple[Any, ...]] = []
 
     def open(self, runtime_context: RuntimeContext) -> None:
-        """Register metrics; the writer itself is created on the OPEN marker (it needs the run id)."""
+        """Register metrics; the writer itself is created on the OPEN marker (it needs the run id).
+
+        The gauges read the writer's own cumulative ``WriterMetrics``, so Flink shows exactly what the
+        protocol counted (rows, files and bytes committed, commits, conflict retries, commit latency,
+        staged but not yet committed) with no second bookkeeping here.
+        """
         group = runtime_context.get_metrics_group().add_group("delta_table", self.spec.app_prefix)
-        self._rows_committed = group.counter("rowsCommitted")
-        self._commits = group.counter("commits")
-        self._retries = group.counter("commitRetries")
-        self._staged = 0
-        group.gauge("stagedRowsUncommitted", lambda: self._staged)
+        for name, attr in _WRITER_GAUGES.items():
+            group.gauge(name, self._metric_reader(attr))
+
+    def _metric_reader(self, attr: str) -> Any:
+        def read() -> int:
+            if self.writer is None:
+                return 0
+            value = getattr(self.writer.metrics, attr)
+            return int(value * 1000) if attr.endswith("_s") else int(value)
+
+        return read
 
     def _flush(self) -> None:
         if self.rows:
             self.writer.write(rows_to_batch(self.rows, self.spec.schema))
-            self._staged += len(self.rows)
             self.rows = []
 
     def _report(self, result: Any) -> Iterator[str]:
-        if result is None:
-            return
-        rows = int(getattr(result, "rows", 0))
-        self._rows_committed.inc(rows)
-        self._commits.inc(1 if getattr(result, "committed", rows > 0) else 0)
-        self._retries.inc(int(getattr(result, "retries", 0)))
-        self._staged = int(getattr(self.writer.metrics, "staged_rows", 0)) if self.writer else 0
-        yield f"{self.spec.app_prefix}: {result}"
+        if result is not None and getattr(result, "committed", False):
+            yield f"{self.spec.app_prefix}: {result}"
 
     def process_element(self, value: Any, ctx: ProcessFunction.Context) -> Iterator[str]:
         """Dispatch one data row or marker."""
