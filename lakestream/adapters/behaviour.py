@@ -24,15 +24,15 @@ from lakestream.adapters.parsing import (
     describe,
     get_id,
     get_text,
+    make_adapter,
     millis_to_utc,
     parse_timestamp,
     pick,
     require,
-    run_adapter,
     stable_id,
 )
-from lakestream.adapters.settings import DEFAULT_SETTINGS, AdapterSettings, zone
-from lakestream.standard import BEHAVIOUR_PREFIX, Rejected, StandardEvent
+from lakestream.adapters.settings import AdapterSettings, zone
+from lakestream.standard import BEHAVIOUR_PREFIX, StandardEvent
 
 SOURCE = "behaviour"
 USER_FIELDS = ("uid", "user_id", "userId")
@@ -84,15 +84,4 @@ def _build(
     )
 
 
-def adapt(
-    value: bytes | None,
-    *,
-    topic: str,
-    partition: int,
-    offset: int,
-    settings: AdapterSettings = DEFAULT_SETTINGS,
-) -> StandardEvent | Rejected:
-    """Adapt one behaviour log line; never raises."""
-    return run_adapter(
-        SOURCE, _build, value, topic=topic, partition=partition, offset=offset, settings=settings
-    )
+adapt = make_adapter(SOURCE, _build, "Adapt one behaviour log line; never raises.")

@@ -17,13 +17,13 @@ from lakestream.adapters.parsing import (
     describe,
     get_code,
     get_id,
+    make_adapter,
     parse_timestamp,
     require,
-    run_adapter,
     stable_id,
 )
-from lakestream.adapters.settings import DEFAULT_SETTINGS, AdapterSettings, zone
-from lakestream.standard import LOGISTICS, Rejected, StandardEvent
+from lakestream.adapters.settings import AdapterSettings, zone
+from lakestream.standard import LOGISTICS, StandardEvent
 
 SOURCE = "logistics"
 
@@ -58,15 +58,4 @@ def _build(
     )
 
 
-def adapt(
-    value: bytes | None,
-    *,
-    topic: str,
-    partition: int,
-    offset: int,
-    settings: AdapterSettings = DEFAULT_SETTINGS,
-) -> StandardEvent | Rejected:
-    """Adapt one logistics push; never raises."""
-    return run_adapter(
-        SOURCE, _build, value, topic=topic, partition=partition, offset=offset, settings=settings
-    )
+adapt = make_adapter(SOURCE, _build, "Adapt one logistics push; never raises.")

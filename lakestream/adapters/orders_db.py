@@ -18,13 +18,13 @@ from lakestream.adapters.parsing import (
     get_id,
     get_text,
     get_yuan,
+    make_adapter,
     parse_timestamp,
     require,
-    run_adapter,
     stable_id,
 )
-from lakestream.adapters.settings import DEFAULT_SETTINGS, AdapterSettings, zone
-from lakestream.standard import OP_EVENT_TYPES, Op, Rejected, StandardEvent
+from lakestream.adapters.settings import AdapterSettings, zone
+from lakestream.standard import OP_EVENT_TYPES, Op, StandardEvent
 
 SOURCE = "orders_db"
 _OPS: dict[str, Op] = {"c": "c", "u": "u", "d": "d"}
@@ -59,15 +59,4 @@ def _build(
     )
 
 
-def adapt(
-    value: bytes | None,
-    *,
-    topic: str,
-    partition: int,
-    offset: int,
-    settings: AdapterSettings = DEFAULT_SETTINGS,
-) -> StandardEvent | Rejected:
-    """Adapt one order-database CDC record; never raises."""
-    return run_adapter(
-        SOURCE, _build, value, topic=topic, partition=partition, offset=offset, settings=settings
-    )
+adapt = make_adapter(SOURCE, _build, "Adapt one order-database CDC record; never raises.")

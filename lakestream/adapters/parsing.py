@@ -16,7 +16,7 @@ from datetime import datetime, timedelta, timezone, tzinfo
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from lakestream.adapters.settings import AdapterSettings
+from lakestream.adapters.settings import DEFAULT_SETTINGS, AdapterSettings
 from lakestream.standard import Rejected, StandardEvent
 
 UTC = timezone.utc
@@ -281,6 +281,26 @@ def stable_id(source: str, payload: object) -> str:
 Builder = Callable[[dict[str, Any], bytes, str, int, int, AdapterSettings], StandardEvent]
 
 
+def make_adapter(source: str, build: Builder, doc: str) -> Callable[..., StandardEvent | Rejected]:
+    """The public ``adapt`` of one source module: ``run_adapter`` bound to that source's builder."""
+
+    def adapt(
+        value: bytes | None,
+        *,
+        topic: str,
+        partition: int,
+        offset: int,
+        settings: AdapterSettings = DEFAULT_SETTINGS,
+    ) -> StandardEvent | Rejected:
+        return run_adapter(
+            source, build, value, topic=topic, partition=partition, offset=offset, settings=settings
+        )
+
+    adapt.__doc__ = doc
+    adapt.__qualname__ = adapt.__name__ = "adapt"
+    return adapt
+
+
 def run_adapter(
     source: str,
     build: Builder,
@@ -307,7 +327,5 @@ def run_adapter(
         reason = str(exc)
     except Exception as exc:  # noqa: BLE001 - see docstring: quarantine instead of crash-looping
         reason = f"payload: adapter error {type(exc).__name__}: {exc}"
-    if len(raw) > settings.max_payload_bytes:
-        raw = raw[: settings.max_payload_bytes]
-        reason += f" (raw truncated to {settings.max_payload_bytes} bytes)"
+    # The bytes go to quarantine whole, however large: a rejected record must be replayable after a fix.
     return Rejected(raw=raw, source=source, reason=reason, topic=topic, partition=partition, offset=offset)

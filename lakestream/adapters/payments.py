@@ -13,12 +13,12 @@ from typing import Any
 from lakestream.adapters.parsing import (
     get_fen_as_yuan,
     get_id,
+    make_adapter,
     millis_to_utc,
     require,
-    run_adapter,
 )
-from lakestream.adapters.settings import DEFAULT_SETTINGS, AdapterSettings
-from lakestream.standard import PAYMENT, Rejected, StandardEvent
+from lakestream.adapters.settings import AdapterSettings
+from lakestream.standard import PAYMENT, StandardEvent
 
 SOURCE = "payments"
 PAID_STATUS = "paid"
@@ -47,15 +47,4 @@ def _build(
     )
 
 
-def adapt(
-    value: bytes | None,
-    *,
-    topic: str,
-    partition: int,
-    offset: int,
-    settings: AdapterSettings = DEFAULT_SETTINGS,
-) -> StandardEvent | Rejected:
-    """Adapt one payment callback; never raises."""
-    return run_adapter(
-        SOURCE, _build, value, topic=topic, partition=partition, offset=offset, settings=settings
-    )
+adapt = make_adapter(SOURCE, _build, "Adapt one payment callback; never raises.")
