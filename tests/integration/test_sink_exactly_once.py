@@ -43,6 +43,29 @@ class Poller(threading.Thread):
             time.sleep(0.05)
 
 
+class Compactor(threading.Thread):
+    """Another writer on the same table: OPTIMIZE compaction, committing while the sink commits."""
+
+    def __init__(self, uri: str) -> None:
+        super().__init__(daemon=True)
+        self.uri = uri
+        self.compactions = 0
+        self.errors: list[str] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                metrics = DeltaTable(self.uri).optimize.compact()
+                if metrics.get("numFilesRemoved", 0):
+                    self.compactions += 1
+            except TableNotFoundError:
+                pass
+            except Exception as exc:  # a conflict with the sink's commit is allowed to fail *this* side
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+            time.sleep(0.4)
+
+
 def test_failure_mid_stream_gives_exact_table(kafka, tmp_path):
     topic = "sink.eo"
     create_topic(kafka, topic, partitions=2)
@@ -57,6 +80,8 @@ def test_failure_mid_stream_gives_exact_table(kafka, tmp_path):
     marker = tmp_path / "failed.marker"
     poller = Poller(uri)
     poller.start()
+    compactor = Compactor(uri)
+    compactor.start()
     proc = subprocess.run(
         [sys.executable, str(JOB), kafka, topic, uri, str(tmp_path / "ckpt"), "700", str(marker)],
         cwd=ROOT,
@@ -66,7 +91,9 @@ def test_failure_mid_stream_gives_exact_table(kafka, tmp_path):
         check=False,
     )
     poller.stop.set()
+    compactor.stop.set()
     poller.join(timeout=10)
+    compactor.join(timeout=30)
     assert proc.returncode == 0, proc.stderr[-6000:]
     assert marker.exists(), "the injected failure never happened; the test proved nothing"
 
@@ -87,3 +114,6 @@ def test_failure_mid_stream_gives_exact_table(kafka, tmp_path):
         previous = set(snap)
     history = [h for h in dt.history() if h.get("operation") != "CREATE TABLE"]
     assert len(history) >= 2, "expected commits before and after the failure"
+    assert compactor.compactions >= 1, (
+        f"no compaction committed during the run; errors: {compactor.errors[:3]}"
+    )
