@@ -22,24 +22,29 @@ from lakestream.sample_events import SampleSettings, by_source, generate, produc
 
 
 @contextlib.contextmanager
-def _stderr_to(path: Path) -> Iterator[None]:
-    """Send file descriptor 2 to ``path`` while Flink runs.
+def _output_to(path: Path) -> Iterator[None]:
+    """Send file descriptors 1 and 2 to ``path`` while the MiniCluster starts and runs.
 
-    The MiniCluster JVM and its Python workers inherit stderr when they start; PyFlink's workers print
-    harmless gRPC tear-down tracebacks when a bounded job ends. The demo keeps the terminal for its own
-    report and says where the full log is; a failure still surfaces as the exception of ``execute``.
+    The MiniCluster JVM and its Python workers inherit stdout when they start, and PyFlink's workers
+    print harmless gRPC tear-down tracebacks when a bounded job ends (even at interpreter exit). The
+    JVM keeps the log file as its output for its whole life; the demo keeps the terminal for its own
+    report. A failure still surfaces as the exception of ``execute``.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
     sys.stderr.flush()
-    saved = os.dup(2)
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
     with path.open("ab") as log:
-        os.dup2(log.fileno(), 2)
+        for fd in saved:
+            os.dup2(log.fileno(), fd)
         try:
             yield
         finally:
+            sys.stdout.flush()
             sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
+            for fd, copy in saved.items():
+                os.dup2(copy, fd)
+                os.close(copy)
 
 
 @contextlib.contextmanager
@@ -110,7 +115,7 @@ def run_demo(cfg: Config, *, events: int) -> int:
 
             log = paths.STATE_DIR / "logs" / "demo-flink.log"
             print(f"running the ingest job on a local MiniCluster (Flink log: {log}) ...", flush=True)
-            with _stderr_to(log):
+            with _output_to(log):
                 env = build_ingest_job(cfg, bootstrap_servers=bootstrap, bounded=True)
                 env.execute("lakestream-demo-ingest")
         print(f"ingest finished in {time.monotonic() - started:.1f}s", flush=True)
