@@ -61,7 +61,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lakestream.config import Config
+from lakestream.config import Config, ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
     from flink_jobs.kafka_input import EndOffsets
@@ -179,10 +179,20 @@ def build_ingest_job(
     late = side_output(silver, LATE)
 
     def sink(stream: Any, table: str, schema: Any, **options: Any) -> None:
+        partition_by = cfg.tables.partition_by(table)
+        unknown = [c for c in partition_by if c not in schema.names]
+        if unknown:
+            layer = table.split("/", 1)[0]
+            raise ConfigError(
+                f"tables.{layer}_partition_by: {', '.join(unknown)} not a column of {table}; "
+                f"choose from {', '.join(schema.names)}"
+            )
         spec = DeltaSinkSpec(
             table_uri=cfg.lakehouse.table_uri(table),
             app_prefix=f"{job_name}/{table}",
             schema=schema,
+            partition_by=partition_by,
+            target_file_size=cfg.tables.target_file_size_mb * 1024 * 1024,
             **options,
         )
         sink_to_delta(stream, spec, name=f"delta {table}", uid=f"ingest-delta-{table.replace('/', '-')}")

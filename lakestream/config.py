@@ -127,6 +127,27 @@ class QualityConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class TablesConfig:
+    """Physical layout of the Delta tables, per layer (the part before ``/`` of a table name).
+
+    Partition columns must be columns of the table; the job checks that before it starts.
+    """
+
+    bronze_partition_by: tuple[str, ...] = ("source",)
+    late_partition_by: tuple[str, ...] = ()
+    quarantine_partition_by: tuple[str, ...] = ()
+    review_partition_by: tuple[str, ...] = ()
+    silver_partition_by: tuple[str, ...] = ()
+    #: Staged Parquet files are split at about this size (one file per partition per checkpoint below it).
+    target_file_size_mb: int = 128
+
+    def partition_by(self, table: str) -> tuple[str, ...]:
+        """Partition columns of ``table`` (e.g. ``bronze/order_events``); none for unknown layers."""
+        value: tuple[str, ...] = getattr(self, f"{table.split('/', 1)[0]}_partition_by", ())
+        return value
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     """The whole configuration; build it with :func:`load_config`."""
 
@@ -135,6 +156,7 @@ class Config:
     flink: FlinkConfig = field(default_factory=FlinkConfig)
     event_time: EventTimeConfig = field(default_factory=EventTimeConfig)
     quality: QualityConfig = field(default_factory=QualityConfig)
+    tables: TablesConfig = field(default_factory=TablesConfig)
 
     def replace(self, section: str, **values: Any) -> Config:
         """A copy with some keys of one section changed (validated like the file)."""
@@ -149,6 +171,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "flink": FlinkConfig,
     "event_time": EventTimeConfig,
     "quality": QualityConfig,
+    "tables": TablesConfig,
 }
 
 
@@ -183,7 +206,7 @@ def _coerce(key: str, hint: Any, value: Any) -> Any:
             return value
         raise ConfigError(f"{key}: expected one of {', '.join(map(repr, choices))}, got {value!r}")
     if origin is tuple:
-        if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+        if isinstance(value, list | tuple) and all(isinstance(v, str) and v for v in value):
             return tuple(value)
         raise ConfigError(f"{key}: expected an array of strings, got {value!r}")
     if origin is Mapping or origin is dict:

@@ -79,3 +79,12 @@ def test_table_uri_resolves_under_root(tmp_path):
     assert cfg.lakehouse.table_uri("silver/orders") == str(tmp_path / "silver" / "orders")
     cfg = load_config(environ={"LAKESTREAM__LAKEHOUSE__ROOT": "s3://bucket/lake/"})
     assert cfg.lakehouse.table_uri("silver/orders") == "s3://bucket/lake/silver/orders"
+
+
+def test_table_layout_per_layer():
+    cfg = load_config(environ={"LAKESTREAM__TABLES__LATE_PARTITION_BY": '["source", "event_type"]'})
+    assert cfg.tables.partition_by("bronze/order_events") == ("source",)
+    assert cfg.tables.partition_by("late/order_events") == ("source", "event_type")
+    assert cfg.tables.partition_by("gold/windows") == ()
+    with pytest.raises(ConfigError, match="tables.bronze_partition_by"):
+        load_config(environ={"LAKESTREAM__TABLES__BRONZE_PARTITION_BY": '[""]'})
