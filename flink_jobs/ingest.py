@@ -172,7 +172,7 @@ def build_ingest_job(
         uid="ingest-event-time-gate",
     )
     silver = (
-        keyed.process(ResolveOrders(dedup_ttl=et.dedup_ttl))
+        keyed.process(ResolveOrders(dedup_ttl=et.dedup_ttl, order_state_ttl=et.order_state_ttl))
         .name("resolve orders")
         .uid("ingest-resolve-orders")
     )

@@ -111,6 +111,9 @@ class EventTimeConfig:
     idleness_timeout: timedelta = timedelta(minutes=1)
     allowed_lateness: timedelta = timedelta(0)
     dedup_ttl: timedelta = timedelta(minutes=30)
+    #: Keyed state per order is dropped after this long without an event (processing time). Silver stays
+    #: exact past it: the Delta MERGE re-applies the same per-field guard against the stored row.
+    order_state_ttl: timedelta = timedelta(hours=24)
     source_zone: str = "Asia/Shanghai"
 
 
