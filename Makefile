@@ -46,8 +46,12 @@ jvm/target/lakestream-jvm.jar: jvm/pom.xml $(JAVA_SOURCES)
 	mvn -q -B -f jvm/pom.xml package
 	@touch $@
 
+# Benchmark-only deps (the `bench` extra: pyspark, delta-spark, confluent-kafka, psutil, py-spy) and the
+# Spark connector jars (Maven profile spark-bench -> jvm/target/lib/spark); BENCH_ARGS e.g. --events 100000.
 bench: bootstrap
-	$(VPY) -m benchmarks
+	$(VPY) -m pip install -q -c requirements-lock.txt -e '.[bench]'
+	mvn -q -B -f jvm/pom.xml -Pspark-bench package
+	$(VPY) -m benchmarks $(BENCH_ARGS)
 
 clean:
 	-$(VPY) -m flink_jobs kafka stop

@@ -1,0 +1,465 @@
+"""``python -m benchmarks``: lakestream ingest end to end vs baselines (same run, same data, same machine).
+
+Measures (each a few times; spread reported):
+  baselines   raw Kafka consume (kafka-python, confluent-kafka), raw delta-rs Arrow append of the same rows,
+              the seeds' Spark Structured Streaming pipeline (foreachBatch MERGE, txnAppId/txnVersion)
+  ingest      lakestream bounded ingest, process vs thread mode, rows verified exactly once
+  latency     unbounded, fixed input rate: producer send -> visible in silver, p50/p95/p99
+  memory      peak RSS per process kind (JVM / Python), RSS over time in the unbounded run
+Writes ``results.json`` and ``results.md`` to ``--out`` and refreshes the README bench section.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks import report, requirements
+from benchmarks.workload import Workload, distinct_count, prepare, table_rows
+from lakestream import paths
+
+ROOT = paths.PROJECT_ROOT
+
+
+def _child_env(**overrides: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESTREAM__")}
+    env.update(overrides)
+    return env
+
+
+def run_ingest(
+    work: Path,
+    bootstrap: str,
+    wl: Workload,
+    *,
+    label: str,
+    mode: str,
+    env_over: dict[str, str],
+    sets: list[str],
+    batch_rows: int | None,
+    verify: bool = True,
+    timeout: float = 1800,
+    tree: Path = ROOT,
+) -> dict[str, Any]:
+    """One bounded lakestream run in its own process (its own JVM), RSS sampled, tables verified."""
+    from benchmarks.procs import RssSampler
+
+    run_dir = work / f"ingest-{label}"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    result_file = run_dir / "result.json"
+    cmd = [
+        sys.executable,
+        "-m",
+        "benchmarks.ingest_run",
+        "--bootstrap",
+        bootstrap,
+        "--lakehouse",
+        str(run_dir / "lakehouse"),
+        "--checkpoint-dir",
+        str(run_dir / "checkpoints"),
+        "--group-id",
+        f"bench-{label}-{time.time_ns()}",
+        "--result",
+        str(result_file),
+    ]
+    if mode == "thread":
+        cmd.append("--pythonpath-fix")
+    if batch_rows:
+        cmd += ["--batch-rows", str(batch_rows)]
+    for s in sets:
+        cmd += ["--set", s]
+    env = _child_env(LAKESTREAM__FLINK__PYTHON_EXECUTION_MODE=mode, **env_over)
+    t0 = time.monotonic()
+    with open(run_dir / "log.txt", "wb") as log:
+        proc = subprocess.Popen(
+            cmd, cwd=tree, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        sampler = RssSampler(proc.pid).start()
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            rc = -9
+        mem = sampler.stop()
+    wall = time.monotonic() - t0
+    out: dict[str, Any] = {"label": label, "mode": mode, "rc": rc, "wall_s": round(wall, 2), "memory": mem}
+    if result_file.exists():
+        out.update(json.loads(result_file.read_text()))
+    if rc != 0 or "execute_s" not in out:
+        out["error"] = (run_dir / "log.txt").read_text(errors="replace")[-3000:]
+        return out
+    out["events_per_s"] = round(wl.events / out["execute_s"])
+    if verify:
+        lh = run_dir / "lakehouse"
+        rows = {
+            t: table_rows(lh, t)
+            for t in (
+                "bronze/order_events",
+                "quarantine/order_events",
+                "review/order_events",
+                "late/order_events",
+                "silver/orders",
+            )
+        }
+        bronze_unique = distinct_count(lh, "bronze/order_events", ["topic", "partition", "offset"])
+        silver_unique = distinct_count(lh, "silver/orders", ["order_id"])
+        out["rows"] = rows
+        out["exactly_once"] = {
+            "bronze_plus_quarantine_eq_produced": rows["bronze/order_events"]
+            + rows["quarantine/order_events"]
+            == wl.events,
+            "bronze_no_duplicate_coordinates": bronze_unique == rows["bronze/order_events"],
+            "silver_one_row_per_order": silver_unique == rows["silver/orders"],
+            "silver_rows_eq_expected_orders": rows["silver/orders"] == wl.orders_expected,
+        }
+        out["exactly_once_ok"] = all(out["exactly_once"].values())
+        out["lakehouse"] = str(lh)
+    return out
+
+
+def run_spark(
+    work: Path, bootstrap: str, topics: dict[str, str], *, label: str, timeout: float = 1800
+) -> dict[str, Any]:
+    from benchmarks.procs import RssSampler
+
+    run_dir = work / f"spark-{label}"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    result_file = run_dir / "result.json"
+    cmd = [
+        sys.executable,
+        "-m",
+        "benchmarks.spark_pipeline",
+        "--bootstrap",
+        bootstrap,
+        "--topics",
+        ",".join(f"{k}={v}" for k, v in topics.items()),
+        "--root",
+        str(run_dir / "lakehouse"),
+        "--jars",
+        ",".join(str(p) for p in requirements.spark_jars()),
+        "--result",
+        str(result_file),
+    ]
+    t0 = time.monotonic()
+    with open(run_dir / "log.txt", "wb") as log:
+        proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=_child_env(SPARK_LOCAL_IP="127.0.0.1"),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        sampler = RssSampler(proc.pid).start()
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            rc = -9
+        mem = sampler.stop()
+    out: dict[str, Any] = {"label": label, "rc": rc, "wall_s": round(time.monotonic() - t0, 2), "memory": mem}
+    if result_file.exists():
+        out.update(json.loads(result_file.read_text()))
+    else:
+        out["error"] = (run_dir / "log.txt").read_text(errors="replace")[-3000:]
+    return out
+
+
+def run_latency(
+    work: Path,
+    bootstrap: str,
+    *,
+    mode: str,
+    rate: int,
+    seconds: float,
+    checkpoint_interval: str,
+    sets: list[str],
+    tree: Path = ROOT,
+) -> dict[str, Any]:
+    """Unbounded ingest on fresh topics; paced producer starts once the first checkpoint completed."""
+    from benchmarks import latency
+    from benchmarks.procs import RssSampler
+    from lakestream.kafka_broker import create_topic
+
+    label = f"latency-{mode}-{rate}"
+    run_dir = work / label
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    suffix = str(time.time_ns())
+    topics = {s: f"lat{suffix}.{s}" for s in ("orders_db", "payments", "logistics", "behaviour")}
+    for t in topics.values():
+        create_topic(bootstrap, t, partitions=2)
+    env_over = {f"LAKESTREAM__KAFKA__TOPICS__{s.upper()}": t for s, t in topics.items()}
+    env_over["LAKESTREAM__FLINK__CHECKPOINT_INTERVAL"] = checkpoint_interval
+    cmd = [
+        sys.executable,
+        "-m",
+        "benchmarks.ingest_run",
+        "--bootstrap",
+        bootstrap,
+        "--unbounded",
+        "--lakehouse",
+        str(run_dir / "lakehouse"),
+        "--checkpoint-dir",
+        str(run_dir / "checkpoints"),
+        "--group-id",
+        f"bench-{label}-{suffix}",
+        "--result",
+        str(run_dir / "result.json"),
+    ]
+    if mode == "thread":
+        cmd.append("--pythonpath-fix")
+    for s in sets:
+        cmd += ["--set", s]
+    out: dict[str, Any] = {"mode": mode, "checkpoint_interval": checkpoint_interval}
+    with open(run_dir / "log.txt", "wb") as log:
+        proc = subprocess.Popen(
+            cmd,
+            cwd=tree,
+            env=_child_env(LAKESTREAM__FLINK__PYTHON_EXECUTION_MODE=mode, **env_over),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        sampler = RssSampler(proc.pid, interval=1.0).start()
+        try:
+            deadline = time.monotonic() + 180
+            while not list((run_dir / "checkpoints").glob("*/chk-*/_metadata")):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    out["error"] = (run_dir / "log.txt").read_text(errors="replace")[-3000:]
+                    return out
+                time.sleep(0.5)
+            sent: list[float] = []
+            seen: list[tuple[float, int]] = []
+            stop = threading.Event()
+            prod = threading.Thread(
+                target=latency.paced_producer,
+                args=(bootstrap, topics["orders_db"]),
+                kwargs={
+                    "rate": rate,
+                    "seconds": seconds,
+                    "first_id": 500_000_000,
+                    "sent": sent,
+                    "stop": stop,
+                },
+                daemon=True,
+            )
+            prod.start()
+            drain = 30.0
+            latency.poll_visibility(
+                run_dir / "lakehouse" / "silver" / "orders",
+                base_rows=0,
+                until=time.monotonic() + seconds + drain,
+                seen=seen,
+            )
+            stop.set()
+            prod.join(timeout=10)
+            out.update(latency.summarize(rate, seconds, sent, seen))
+        finally:
+            out["memory"] = sampler.stop()
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=20)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                os.killpg(proc.pid, signal.SIGKILL)
+    return out
+
+
+def spread(xs: list[float]) -> dict[str, float]:
+    if not xs:
+        return {}
+    return {
+        "median": round(statistics.median(xs), 1),
+        "min": round(min(xs), 1),
+        "max": round(max(xs), 1),
+        "n": len(xs),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[0])
+    p.add_argument("--events", type=int, default=1_000_000)
+    p.add_argument("--skip-spark", action="store_true")
+    p.add_argument("--out", default=str(paths.STATE_DIR / "bench"))
+    p.add_argument("--repeat", type=int, default=2, help="runs per measurement (spread reported)")
+    p.add_argument(
+        "--modes",
+        default="process",
+        help="process,thread: thread mode needs python.pythonpath (set here) and still deadlocks in the sink",
+    )
+    p.add_argument(
+        "--latency-rate", type=int, default=500, help="events/s; 10,000 is not sustainable yet (see README)"
+    )
+    p.add_argument("--latency-seconds", type=float, default=60)
+    p.add_argument("--skip-latency", action="store_true")
+    p.add_argument("--set", action="append", default=[], help="extra Flink setting for lakestream runs")
+    p.add_argument("--batch-rows", type=int)
+    p.add_argument("--no-readme", action="store_true")
+    p.add_argument("--thread-tree", help="run thread-mode lakestream from this source tree (candidate fixes)")
+    a = p.parse_args(argv)
+    try:
+        requirements.check(spark=not a.skip_spark)
+    except requirements.BenchSetupError as exc:
+        print(f"benchmarks: {exc}", file=sys.stderr)
+        return 2
+
+    from lakestream.config import load_config
+    from lakestream.kafka_broker import LocalKafka
+
+    out_dir = Path(a.out)
+    work = out_dir / "work"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    cfg = load_config(None, environ={})
+    modes = [m for m in a.modes.split(",") if m]
+    # A source tree with candidate pipeline fixes (see README bench section) for the thread-mode runs.
+    trees = {m: ROOT for m in modes}
+    if a.thread_tree:
+        trees["thread"] = Path(a.thread_tree).resolve()
+    results: dict[str, Any] = {
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "loadavg_at_start": os.getloadavg(),
+        },
+        "settings": {
+            "thread_tree": a.thread_tree,
+            "events": a.events,
+            "repeat": a.repeat,
+            "modes": modes,
+            "extra_flink": a.set,
+            "batch_rows": a.batch_rows,
+            "flink": {k: str(v) for k, v in dataclasses.asdict(cfg.flink).items()},
+        },
+    }
+    t_all = time.monotonic()
+    with LocalKafka.start(data_dir=work / "kafka", heap="1g") as broker:
+        bootstrap = broker.bootstrap_servers
+        print(f"kafka at {bootstrap}; producing ~{a.events} events ...", flush=True)
+        wl, _events = prepare(bootstrap, cfg, a.events)
+        results["workload"] = dataclasses.asdict(wl)
+        topics = sorted(wl.per_topic)
+        print(f"  {wl.events} events in {wl.produce_s}s (generated in {wl.generate_s}s)", flush=True)
+
+        base: dict[str, Any] = {"kafka_python": [], "confluent_kafka": []}
+        for _ in range(a.repeat):
+            from benchmarks.baselines import consume_confluent, consume_kafka_python
+
+            base["kafka_python"].append(consume_kafka_python(bootstrap, topics, wl.events))
+            base["confluent_kafka"].append(consume_confluent(bootstrap, topics, wl.events))
+            print(
+                f"  consume: kafka-python {base['kafka_python'][-1]['events_per_s']}/s, "
+                f"confluent {base['confluent_kafka'][-1]['events_per_s']}/s",
+                flush=True,
+            )
+
+        ingest: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
+        for rep in range(a.repeat):
+            for mode in modes:
+                r = run_ingest(
+                    work,
+                    bootstrap,
+                    wl,
+                    label=f"{mode}-{rep}",
+                    mode=mode,
+                    env_over={},
+                    sets=a.set,
+                    batch_rows=a.batch_rows,
+                    tree=trees[mode],
+                )
+                ingest[mode].append(r)
+                print(
+                    f"  lakestream {mode} #{rep}: {r.get('events_per_s')} events/s, "
+                    f"execute {r.get('execute_s')}s, "
+                    f"jvm {r.get('jvm_start_s')}s, exactly once {r.get('exactly_once_ok')}, "
+                    f"peak {r['memory']['peak_mib']}" + (f"\n{r['error']}" if "error" in r else ""),
+                    flush=True,
+                )
+        results["ingest"] = ingest
+
+        ok_runs = [r for rs in ingest.values() for r in rs if r.get("exactly_once_ok")]
+        base["delta_append"] = []
+        if ok_runs:
+            src = Path(ok_runs[0]["lakehouse"])
+            for rep in range(a.repeat):
+                for commits in (1, 10):
+                    tgt = work / f"delta-append-{rep}-{commits}"
+                    shutil.rmtree(tgt, ignore_errors=True)
+                    r = __import__("benchmarks.baselines", fromlist=["delta_append"]).delta_append(
+                        src, tgt, batches=commits
+                    )
+                    base["delta_append"].append(r)
+                    print(f"  delta-rs append ({commits} commits): {r['events_per_s']} rows/s", flush=True)
+
+        base["spark"] = []
+        if not a.skip_spark:
+            for rep in range(a.repeat):
+                r = run_spark(
+                    work, bootstrap, {s: cfg.kafka.topics[s] for s in cfg.kafka.topics}, label=str(rep)
+                )
+                if "run_s" in r:
+                    r["events_per_s"] = round(wl.events / r["run_s"])
+                base["spark"].append(r)
+                print(
+                    f"  spark: {r.get('events_per_s')} events/s run {r.get('run_s')}s "
+                    f"jvm {r.get('jvm_start_s')}s "
+                    f"rows {r.get('rows')} peak {r['memory']['peak_mib']}"
+                    + (f"\n{r['error']}" if "error" in r else ""),
+                    flush=True,
+                )
+        results["baselines"] = base
+
+        lat: list[dict[str, Any]] = []
+        if not a.skip_latency:
+            for mode in modes:
+                r = run_latency(
+                    work,
+                    bootstrap,
+                    mode=mode,
+                    rate=a.latency_rate,
+                    seconds=a.latency_seconds,
+                    checkpoint_interval=str(cfg.flink.checkpoint_interval.total_seconds()) + "s",
+                    sets=a.set,
+                    tree=trees[mode],
+                )
+                lat.append(r)
+                print(
+                    f"  latency {mode}: {json.dumps({k: v for k, v in r.items() if k != 'memory'})[:600]}",
+                    flush=True,
+                )
+        results["latency"] = lat
+    if not a.skip_latency:
+        from benchmarks import source_lag
+
+        results["source_lag"] = source_lag.measure(work)
+        print(f"  delta source lag: {results['source_lag']}", flush=True)
+    results["total_s"] = round(time.monotonic() - t_all, 1)
+    results["summary"] = report.summarize(results, spread)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "results.json").write_text(json.dumps(results, indent=2, default=str), encoding="utf-8")
+    md = report.markdown(results)
+    (out_dir / "results.md").write_text(md, encoding="utf-8")
+    if not a.no_readme:
+        report.update_readme(ROOT / "README.md", md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

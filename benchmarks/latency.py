@@ -1,0 +1,119 @@
+"""Visibility latency in unbounded mode: producer send time -> row visible in silver (Delta version polled).
+
+Workload: one ``orders_db`` create event per new order id, paced at a fixed rate. Silver gains exactly
+one row per event, and commits are all-or-nothing per checkpoint, so when a poll at time ``t`` sees
+``C`` new rows, events ``1..C`` (send order; the two partitions are filled round-robin) became visible
+at ``t`` at the latest. Latency of event i = first poll time with count >= i, minus its send time.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+SHANGHAI = timedelta(hours=8)
+
+
+def paced_producer(
+    bootstrap: str,
+    topic: str,
+    *,
+    rate: int,
+    seconds: float,
+    first_id: int,
+    sent: list[float],
+    stop: threading.Event,
+) -> None:
+    """Send ``rate`` events/s for ``seconds`` in 10 ms slices, recording each send time (monotonic)."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 2, "enable.idempotence": True})
+    t0 = time.monotonic()
+    total = int(rate * seconds)
+    i = 0
+    base = datetime(2024, 6, 1, 12, 0, 0)
+    while i < total and not stop.is_set():
+        due = min(total, int((time.monotonic() - t0) * rate) + 1)
+        while i < due:
+            oid = str(first_id + i)
+            at = (base + timedelta(milliseconds=i)).strftime("%Y-%m-%d %H:%M:%S")
+            payload = {
+                "op": "c",
+                "order_id": oid,
+                "user_id": "U1",
+                "amount": "10.00",
+                "status": "created",
+                "address": "Haidian",
+                "updated_at": at,
+            }
+            p.produce(topic, key=oid.encode(), value=json.dumps(payload).encode(), partition=i % 2)
+            sent.append(time.monotonic())
+            i += 1
+        p.poll(0)
+        time.sleep(0.01)
+    p.flush(60)
+
+
+def poll_visibility(table: Path, *, base_rows: int, until: float, seen: list[tuple[float, int]]) -> None:
+    """Poll the silver table's version every 100 ms; on a new version record (time, new rows)."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    dt: DeltaTable | None = None
+    last = -1
+    while time.monotonic() < until:
+        try:
+            if dt is None:
+                dt = DeltaTable(str(table))
+            else:
+                dt.update_incremental()
+            v = dt.version()
+            if v != last:
+                last = v
+                seen.append((time.monotonic(), dt.to_pyarrow_dataset().count_rows() - base_rows))
+        except (TableNotFoundError, OSError):
+            pass
+        time.sleep(0.1)
+
+
+def latencies(sent: list[float], seen: list[tuple[float, int]]) -> list[float]:
+    """Per-event visibility latency (s) for the events that became visible."""
+    out: list[float] = []
+    j = 0
+    for t, count in seen:
+        while j < min(count, len(sent)):
+            out.append(t - sent[j])
+            j += 1
+    return out
+
+
+def percentiles(xs: list[float]) -> dict[str, float]:
+    if not xs:
+        return {}
+    s = sorted(xs)
+
+    def q(p: float) -> float:
+        return round(s[min(len(s) - 1, int(p * len(s)))], 3)
+
+    return {"p50_s": q(0.50), "p95_s": q(0.95), "p99_s": q(0.99), "max_s": round(s[-1], 3)}
+
+
+def summarize(rate: int, seconds: float, sent: list[float], seen: list[tuple[float, int]]) -> dict[str, Any]:
+    lat = latencies(sent, seen)
+    return {
+        "rate_target": rate,
+        "seconds": seconds,
+        "sent": len(sent),
+        "visible": len(lat),
+        "achieved_send_rate": round(len(sent) / max(1e-9, (sent[-1] - sent[0])) if len(sent) > 1 else 0),
+        "commits_seen": len(seen),
+        **percentiles(lat),
+    }
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

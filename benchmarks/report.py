@@ -1,0 +1,174 @@
+"""Turn a run's results into a summary, a markdown table, and the README bench section."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+START = "<!-- bench:start -->"
+END = "<!-- bench:end -->"
+INTRO = """`make bench` installs the `bench` extra (pyspark 3.5.7, delta-spark 3.3.2, confluent-kafka, psutil,
+py-spy), copies the Spark connector jars (Maven profile `spark-bench`, `jvm/target/lib/spark/`) and runs
+`python -m benchmarks` (`--events N`, `--skip-spark`, `--out DIR`, `--repeat`, `--modes process,thread`,
+`--set flink.key=value`, `--batch-rows`; `make bench BENCH_ARGS='--events 100000'`). Everything runs on one
+local KRaft broker with the same seeded messy events; each lakestream and Spark run is its own process
+(own JVM), RSS sampled over its process tree. Full results: `.lakestream/bench/results.json`.
+"""
+
+
+def _rates(runs: list[dict[str, Any]], key: str = "events_per_s") -> list[float]:
+    return [float(r[key]) for r in runs if r.get(key)]
+
+
+def summarize(results: dict[str, Any], spread: Callable[[list[float]], dict[str, float]]) -> dict[str, Any]:
+    b = results.get("baselines", {})
+    s: dict[str, Any] = {
+        "kafka_python_consume": spread(_rates(b.get("kafka_python", []))),
+        "confluent_consume": spread(_rates(b.get("confluent_kafka", []))),
+        "delta_append_1_commit": spread(_rates([r for r in b.get("delta_append", []) if r["commits"] == 1])),
+        "delta_append_10_commits": spread(
+            _rates([r for r in b.get("delta_append", []) if r["commits"] == 10])
+        ),
+        "spark_seed_pipeline": spread(_rates(b.get("spark", []))),
+    }
+    for mode, runs in results.get("ingest", {}).items():
+        s[f"lakestream_{mode}"] = spread(_rates(runs))
+        s[f"lakestream_{mode}_exactly_once"] = all(r.get("exactly_once_ok") for r in runs) if runs else None
+        s[f"lakestream_{mode}_jvm_start_s"] = spread([r["jvm_start_s"] for r in runs if "jvm_start_s" in r])
+    return s
+
+
+def _fmt(x: Any) -> str:
+    if isinstance(x, dict) and "median" in x:
+        return f"{x['median']:,.0f} ({x['min']:,.0f}–{x['max']:,.0f}, n={x['n']})"
+    return "–" if x in (None, {}) else str(x)
+
+
+def markdown(results: dict[str, Any]) -> str:
+    s = results["summary"]
+    wl = results.get("workload", {})
+    st = results["settings"]
+    load = tuple(round(x, 1) for x in results["machine"]["loadavg_at_start"])
+    keys = ("parallelism", "checkpoint_interval", "bundle_size", "bundle_time", "python_execution_mode")
+    flink = {k: st["flink"][k] for k in keys}
+    lines = [
+        f"Run {results['started']}: {wl.get('events', '?'):,} events (4 topics x 2 partitions), "
+        f"{results['machine']['cpus']} cores, load at start {load}; "
+        f"repeat {st['repeat']}; flink {json.dumps(flink)}"
+        + (f"; extra {st['extra_flink']}" if st["extra_flink"] else "")
+        + (f"; batch_rows {st['batch_rows']}" if st["batch_rows"] else ""),
+        "",
+        "| pipeline | events/s median (min–max, n) | vs confluent consume | vs Spark seed pipeline | notes |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    conf = s.get("confluent_consume", {}).get("median")
+    spark = s.get("spark_seed_pipeline", {}).get("median")
+
+    def ratio(x: dict[str, float], ref: float | None) -> str:
+        return f"{x['median'] / ref:.2f}x" if x and ref else "–"
+
+    rows = [
+        ("raw consume, kafka-python", "kafka_python_consume", "bytes only"),
+        ("raw consume, confluent-kafka", "confluent_consume", "bytes only"),
+        ("raw delta-rs append, 1 commit", "delta_append_1_commit", "bronze rows as Arrow (write limit)"),
+        ("raw delta-rs append, 10 commits", "delta_append_10_commits", "same rows, 10 commits"),
+        (
+            "Spark seed pipeline",
+            "spark_seed_pipeline",
+            "foreachBatch bronze append + per-field guarded MERGE",
+        ),
+    ]
+    for mode in st["modes"]:
+        runs = results.get("ingest", {}).get(mode, [])
+        peak = max((r["memory"]["peak_mib"].get("total", 0) for r in runs), default=0)
+        jvm = s.get(f"lakestream_{mode}_jvm_start_s", {})
+        rows.append(
+            (
+                f"**lakestream ingest, {mode} mode**",
+                f"lakestream_{mode}",
+                f"exactly once verified: {s.get(f'lakestream_{mode}_exactly_once')}; JVM start "
+                f"{jvm.get('median', '–')} s (excluded); peak RSS {peak:,.0f} MiB",
+            )
+        )
+    for name, key, note in rows:
+        x = s.get(key, {})
+        lines.append(f"| {name} | {_fmt(x)} | {ratio(x, conf)} | {ratio(x, spark)} | {note} |")
+    sp = results.get("baselines", {}).get("spark", [])
+    if sp:
+        peak = max((r["memory"]["peak_mib"].get("total", 0) for r in sp), default=0)
+        lines.append(
+            f"\nSpark: JVM start {sp[0].get('jvm_start_s')} s (excluded), peak RSS {peak:,.0f} MiB, "
+            f"rows {sp[0].get('rows')}, micro-batches {sp[0].get('batches')}."
+        )
+    lat = results.get("latency", [])
+    if lat:
+        lines += [
+            "",
+            "| visibility (unbounded) | target rate | sent | visible | p50 s | p95 s | p99 s | max s | "
+            "checkpoint | RSS MiB over time |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for r in lat:
+            series = " ".join(str(v) for _, v in r.get("memory", {}).get("total_mib_over_time", []))
+            lines.append(
+                f"| {r['mode']} | {r.get('rate_target', '–')}/s "
+                f"(achieved {r.get('achieved_send_rate', '–')}) | "
+                f"{r.get('sent', '–')} | {r.get('visible', '–')} | {r.get('p50_s', '–')} | "
+                f"{r.get('p95_s', '–')} | "
+                f"{r.get('p99_s', '–')} | {r.get('max_s', '–')} | {r['checkpoint_interval']} | {series} |"
+            )
+            if "error" in r:
+                lines.append(f"| {r['mode']} failed: see results.json | | | | | | | | | |")
+    sl = results.get("source_lag")
+    if sl:
+        lines.append(
+            f"\nDelta source lag (commit -> rows out of `DeltaStreamReader`, "
+            f"poll every {sl['poll_interval_s']} s, "
+            f"no Flink hop): p50 {sl.get('p50_ms')} ms, p95 {sl.get('p95_ms')} ms, p99 {sl.get('p99_ms')} ms "
+            f"over {sl['commits']} commits."
+        )
+    lines.append("")
+    lines.append(
+        "events/s = events / wall time of `env.execute()` (deploy, Python worker start and the final "
+        "commit included; JVM start excluded). Ratios are against baselines of the same run."
+    )
+    return "\n".join(lines) + "\n"
+
+
+def update_readme(readme: Path, md: str) -> None:
+    """Replace the text between the bench markers (appended at the very end when absent)."""
+    text = readme.read_text(encoding="utf-8")
+    body = f"{START}\n## Benchmark (latest `make bench`)\n\n{INTRO}\n{md}{END}\n"
+    if START in text and END in text:
+        head, rest = text.split(START, 1)
+        tail = rest.split(END, 1)[1].lstrip("\n")
+        text = head + body + tail
+    else:
+        text = text.rstrip("\n") + "\n\n" + body
+    readme.write_text(text, encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m benchmarks.report [results.json]``: re-render results.md and the README section."""
+    import argparse
+
+    from lakestream import paths
+
+    p = argparse.ArgumentParser(prog="python -m benchmarks.report")
+    p.add_argument("results", nargs="?", default=str(paths.STATE_DIR / "bench" / "results.json"))
+    p.add_argument("--no-readme", action="store_true")
+    a = p.parse_args(argv)
+    path = Path(a.results)
+    results = json.loads(path.read_text(encoding="utf-8"))
+    md = markdown(results)
+    (path.parent / "results.md").write_text(md, encoding="utf-8")
+    if not a.no_readme:
+        update_readme(paths.PROJECT_ROOT / "README.md", md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,123 @@
+"""The shared workload: one local broker, the four source topics, the seeded messy events, produced once.
+
+Every measurement of a run reads these same topics (or the same rows), so ratios compare like with like.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lakestream.config import Config
+from lakestream.sample_events import SampleSettings, SourceEvent, expected_silver, generate
+
+PARTITIONS = 2
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What was produced, and what the tables must contain afterwards."""
+
+    events: int
+    per_topic: dict[str, int]
+    malformed: int
+    orders_expected: int
+    produce_s: float
+    generate_s: float
+
+
+def make_events(n: int, *, seed: int = 7) -> list[SourceEvent]:
+    """About ``n`` seeded messy events (the generator makes ~6 per order plus duplicates/malformed)."""
+    probe = generate(SampleSettings(orders=200, seed=seed))
+    per_order = len(probe) / 200
+    events = generate(SampleSettings(orders=max(1, int(n / per_order)), seed=seed))
+    return events[:n] if len(events) > n else events
+
+
+def create_topics(bootstrap: str, cfg: Config) -> None:
+    """The four source topics with ``PARTITIONS`` partitions each (as the demo does)."""
+    from lakestream.kafka_broker import create_topic
+
+    for topic in cfg.kafka.topics.values():
+        create_topic(bootstrap, topic, partitions=PARTITIONS)
+
+
+def produce_fast(bootstrap: str, topics: dict[str, str], events: list[SourceEvent]) -> dict[str, int]:
+    """Bulk-produce with librdkafka (acks=all, idempotent, per-source order kept): kafka-python is slower."""
+    from confluent_kafka import Producer
+
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 20,
+            "batch.num.messages": 10000,
+            "queue.buffering.max.messages": 1_000_000,
+            "compression.type": "none",
+        }
+    )
+    counts: dict[str, int] = {}
+    errors: list[Any] = []
+
+    def on_delivery(err: Any, _msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+
+    for ev in events:
+        while True:
+            try:
+                p.produce(topics[ev.source], key=ev.key, value=ev.value, on_delivery=on_delivery)
+                break
+            except BufferError:
+                p.poll(0.05)
+        counts[ev.source] = counts.get(ev.source, 0) + 1
+        p.poll(0)
+    p.flush(120)
+    if errors:
+        raise RuntimeError(f"{len(errors)} produce errors, first: {errors[0]}")
+    return counts
+
+
+def prepare(bootstrap: str, cfg: Config, n: int) -> tuple[Workload, list[SourceEvent]]:
+    """Generate ``n`` events, create the topics, produce them; time both steps."""
+    t0 = time.monotonic()
+    events = make_events(n)
+    gen_s = time.monotonic() - t0
+    create_topics(bootstrap, cfg)
+    t1 = time.monotonic()
+    counts = produce_fast(bootstrap, dict(cfg.kafka.topics), events)
+    produce_s = time.monotonic() - t1
+    wl = Workload(
+        events=len(events),
+        per_topic={cfg.kafka.topics[s]: c for s, c in counts.items()},
+        malformed=sum(1 for e in events if e.malformed),
+        orders_expected=len(expected_silver(events)),
+        produce_s=round(produce_s, 2),
+        generate_s=round(gen_s, 2),
+    )
+    return wl, events
+
+
+def table_rows(root: Path, table: str) -> int:
+    """Committed rows of a Delta table (0 when it does not exist)."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return int(DeltaTable(str(root / table)).to_pyarrow_dataset().count_rows())
+    except TableNotFoundError:
+        return 0
+
+
+def distinct_count(root: Path, table: str, columns: list[str]) -> int:
+    """Distinct key count of a Delta table (to prove no row was committed twice)."""
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    t = DeltaTable(str(root / table)).to_pyarrow_table(columns=columns)
+    if len(columns) == 1:
+        return len(pc.unique(t.column(columns[0])))
+    return t.group_by(columns).aggregate([]).num_rows
