@@ -169,8 +169,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``lakestream`` console script and of ``flink run -py flink_jobs/__main__.py``."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    from lakestream.flink_runtime import FlinkRuntimeError
+    from lakestream.paths import MissingBuildError
+
     try:
         return int(args.func(args))
     except ConfigError as exc:
         print(f"lakestream: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except (FlinkRuntimeError, MissingBuildError) as exc:
+        print(f"lakestream: {exc}", file=sys.stderr)
         return 2

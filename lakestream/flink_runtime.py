@@ -116,6 +116,12 @@ def build_env(
     from pyflink.datastream import StreamExecutionEnvironment
 
     require_java()
+    if cfg.python_execution_mode == "thread":
+        raise FlinkRuntimeError(
+            "flink.python_execution_mode = 'thread' is not supported yet: PyFlink's embedded interpreter "
+            "(pemja) does not see the virtualenv's packages, and with them on its path the Delta sink's "
+            "pyarrow calls deadlock on the GIL. Use 'process' (the default)."
+        )
     # On a local MiniCluster PyFlink would otherwise run every Python operator in "loopback" mode: as
     # threads of this client process, all behind one GIL (no parallelism on 2 cores), printing gRPC
     # tear-down tracebacks into the caller's terminal. Separate worker processes, as on a cluster, ran

@@ -49,3 +49,14 @@ def test_config_typo_names_the_key(tmp_path):
     proc = run(["tables"], {"LAKESTREAM__FLINK__PARALELISM": "2"}, tmp_path)
     assert proc.returncode == 2
     assert "paralelism" in proc.stderr and "known keys" in proc.stderr
+
+
+def test_thread_mode_is_refused_before_anything_runs(tmp_path):
+    env = {
+        "LAKESTREAM__KAFKA__BOOTSTRAP_SERVERS": "127.0.0.1:9",
+        "LAKESTREAM__LAKEHOUSE__ROOT": str(tmp_path / "lake"),
+        "LAKESTREAM__FLINK__PYTHON_EXECUTION_MODE": "thread",
+    }
+    proc = run(["ingest"], env, tmp_path)
+    assert proc.returncode == 2
+    assert "python_execution_mode = 'thread' is not supported yet" in proc.stderr

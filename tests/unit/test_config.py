@@ -88,3 +88,11 @@ def test_table_layout_per_layer():
     assert cfg.tables.partition_by("gold/windows") == ()
     with pytest.raises(ConfigError, match="tables.bronze_partition_by"):
         load_config(environ={"LAKESTREAM__TABLES__BRONZE_PARTITION_BY": '[""]'})
+
+
+def test_thread_mode_is_refused_with_the_reason():
+    from lakestream.flink_runtime import FlinkRuntimeError, build_env
+
+    cfg = load_config(environ={"LAKESTREAM__FLINK__PYTHON_EXECUTION_MODE": "thread"})
+    with pytest.raises(FlinkRuntimeError, match="not supported yet.*Use 'process'"):
+        build_env(cfg.flink, jars=[])
