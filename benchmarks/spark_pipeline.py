@@ -16,16 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-FIELDS = (
-    "user_id",
-    "status",
-    "amount",
-    "paid_amount",
-    "address",
-    "logistics_state",
-    "created_time",
-    "deleted",
-)
+from lakestream.silver import RESOLVED_FIELDS as FIELDS  # the same silver columns as lakestream's
 
 
 def main(argv: list[str] | None = None) -> int:
