@@ -98,8 +98,8 @@ class FlinkConfig:
     restart_attempts: int = 3
     restart_delay: timedelta = timedelta(seconds=1)
     python_execution_mode: Literal["process", "thread"] = "process"
-    bundle_size: int = 1000
-    bundle_time: timedelta = timedelta(milliseconds=200)
+    bundle_size: int = 10_000
+    bundle_time: timedelta = timedelta(seconds=1)
     jobmanager: str = ""  # "host:port" of a running cluster for `flink run`; empty = local MiniCluster
 
 
