@@ -7,7 +7,7 @@ record batches, and publishes the writer's metrics. Keep it thin.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -73,81 +73,120 @@ def rows_to_batch(rows: list[tuple[Any, ...]], schema: pa.Schema) -> pa.RecordBa
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-class DeltaSinkFunction(ProcessFunction):  # type: ignore[misc]
-    """Drives one ``TwoPhaseDeltaWriter`` per subtask from the marker stream; yields commit reports."""
+class TableWriters:
+    """The marker protocol for one or more Delta tables written by the same Python operator.
 
-    def __init__(self, spec: DeltaSinkSpec) -> None:
-        self.spec = spec
-        self.writer: Any = None
-        self.rows: list[tuple[Any, ...]] = []
+    A Python operator that produces rows for several tables (the standardise step writes bronze, review
+    and quarantine) can write them itself instead of shipping every row back to the JVM and into one
+    more Python sink operator: one Java/Python crossing less per row. Each table keeps its own
+    ``TwoPhaseDeltaWriter`` (own app ids, own commits); all follow the same markers.
+    """
 
-    def open(self, runtime_context: RuntimeContext) -> None:
-        """Register metrics; the writer itself is created on the OPEN marker (it needs the run id).
+    def __init__(self, specs: Mapping[str, DeltaSinkSpec]) -> None:
+        self.specs = dict(specs)
+        self.writers: dict[str, Any] = {}
+        self.rows: dict[str, list[tuple[Any, ...]]] = {name: [] for name in specs}
 
-        The gauges read the writer's own cumulative ``WriterMetrics``, so Flink shows exactly what the
-        protocol counted (rows, files and bytes committed, commits, conflict retries, commit latency,
-        staged but not yet committed) with no second bookkeeping here.
-        """
-        group = runtime_context.get_metrics_group().add_group("delta_table", self.spec.app_prefix)
-        for name, attr in _WRITER_GAUGES.items():
-            group.gauge(name, self._metric_reader(attr))
+    def register_metrics(self, runtime_context: RuntimeContext) -> None:
+        """Gauges over each writer's own cumulative ``WriterMetrics`` (no second bookkeeping)."""
+        for name, spec in self.specs.items():
+            group = runtime_context.get_metrics_group().add_group("delta_table", spec.app_prefix)
+            for gauge, attr in _WRITER_GAUGES.items():
+                group.gauge(gauge, self._metric_reader(name, attr))
 
-    def _metric_reader(self, attr: str) -> Any:
+    def _metric_reader(self, table: str, attr: str) -> Any:
         def read() -> int:
-            if self.writer is None:
+            writer = self.writers.get(table)
+            if writer is None:
                 return 0
-            value = getattr(self.writer.metrics, attr)
+            value = getattr(writer.metrics, attr)
             return int(value * 1000) if attr.endswith("_s") else int(value)
 
         return read
 
-    def _flush(self) -> None:
-        if self.rows:
-            self.writer.write(rows_to_batch(self.rows, self.spec.schema))
-            self.rows = []
+    def add(self, table: str, row: tuple[Any, ...]) -> None:
+        """Buffer one row (schema order) of ``table``."""
+        rows = self.rows[table]
+        rows.append(row)
+        if len(rows) >= self.specs[table].batch_rows:
+            self._flush(table)
 
-    def _report(self, result: Any) -> Iterator[str]:
-        if result is not None and getattr(result, "committed", False):
-            yield f"{self.spec.app_prefix}: {result}"
+    def _flush(self, table: str) -> None:
+        rows = self.rows[table]
+        if rows:
+            self.writers[table].write(rows_to_batch(rows, self.specs[table].schema))
+            self.rows[table] = []
+
+    def on_marker(self, value: Any) -> list[str]:
+        """Apply one OPEN / PRECOMMIT / COMMIT / END_OF_INPUT marker to every table; commit reports."""
+        kind, checkpoint_id = value[0], value[1]
+        results: list[Any] = []
+        if kind == OPEN:
+            from sinks.writer import TwoPhaseDeltaWriter
+
+            restored = checkpoint_id if checkpoint_id is not None and checkpoint_id >= 0 else None
+            for name, spec in self.specs.items():
+                writer = TwoPhaseDeltaWriter(
+                    table_uri=spec.table_uri,
+                    app_prefix=spec.app_prefix,
+                    schema=spec.schema,
+                    mode=spec.mode,
+                    partition_by=list(spec.partition_by) or None,
+                    merge=spec.merge,
+                    target_file_size=spec.target_file_size,
+                    **spec.writer_options,
+                )
+                self.writers[name] = writer
+                results.append(
+                    writer.open(
+                        restored_checkpoint_id=restored,
+                        run_id=value[4],
+                        subtask=value[2],
+                        parallelism=value[3],
+                    )
+                )
+        elif kind == PRECOMMIT:
+            for name, writer in self.writers.items():
+                self._flush(name)
+                writer.prepare(checkpoint_id)
+        elif kind == COMMIT:
+            results = [writer.commit(checkpoint_id) for writer in self.writers.values()]
+        elif kind == END_OF_INPUT:
+            for name, writer in self.writers.items():
+                self._flush(name)
+                results.append(writer.end_of_input())
+        return [
+            f"{self.specs[name].app_prefix}: {result}"
+            for name, result in zip(self.writers, results, strict=False)
+            if result is not None and getattr(result, "committed", False)
+        ]
+
+    def close(self) -> None:
+        """Release the writers; staged files stay for the next OPEN to commit or abort."""
+        for writer in self.writers.values():
+            writer.close()
+
+
+class DeltaSinkFunction(ProcessFunction):  # type: ignore[misc]
+    """A Python sink operator for one table: data rows and markers in, commit reports out."""
+
+    def __init__(self, spec: DeltaSinkSpec) -> None:
+        self.tables = TableWriters({"table": spec})
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        """Register metrics; the writer itself is created on the OPEN marker (it needs the run id)."""
+        self.tables.register_metrics(runtime_context)
 
     def process_element(self, value: Any, ctx: ProcessFunction.Context) -> Iterator[str]:
         """Dispatch one data row or marker."""
-        kind = value[0]
-        if kind == DATA:
-            self.rows.append(value[5])
-            if len(self.rows) >= self.spec.batch_rows:
-                self._flush()
-        elif kind == OPEN:
-            from sinks.writer import TwoPhaseDeltaWriter
-
-            self.writer = TwoPhaseDeltaWriter(
-                table_uri=self.spec.table_uri,
-                app_prefix=self.spec.app_prefix,
-                schema=self.spec.schema,
-                mode=self.spec.mode,
-                partition_by=list(self.spec.partition_by) or None,
-                merge=self.spec.merge,
-                target_file_size=self.spec.target_file_size,
-                **self.spec.writer_options,
-            )
-            restored = value[1] if value[1] is not None and value[1] >= 0 else None
-            result = self.writer.open(
-                restored_checkpoint_id=restored, run_id=value[4], subtask=value[2], parallelism=value[3]
-            )
-            yield from self._report(result)
-        elif kind == PRECOMMIT:
-            self._flush()
-            self.writer.prepare(value[1])
-        elif kind == COMMIT:
-            yield from self._report(self.writer.commit(value[1]))
-        elif kind == END_OF_INPUT:
-            self._flush()
-            yield from self._report(self.writer.end_of_input())
+        if value[0] == DATA:
+            self.tables.add("table", value[5])
+        else:
+            yield from self.tables.on_marker(value)
 
     def close(self) -> None:
-        """Release the writer; staged files stay for the next OPEN to commit or abort."""
-        if self.writer is not None:
-            self.writer.close()
+        """Release the writer."""
+        self.tables.close()
 
 
 def sink_to_delta(stream: DataStream, spec: DeltaSinkSpec, *, name: str, uid: str) -> None:

@@ -5,12 +5,15 @@ Routing (one pass, no second Python operator per record):
 - main output, VALID events only: ``(key, (event_time_ms, None, split, bronze tuple))``,
   typed so the Java ``EventTimeGate`` can read the event time; ``key`` is the order id (the event id for
   order-less behaviour events, which touch no order state);
-- ``BRONZE``: every standardised event, whatever its quality;
-- ``REVIEW``: SUSPICIOUS events (kept out of silver and out of the watermark: a clock 3 days ahead
+- ``bronze``: every standardised event, whatever its quality;
+- ``review``: SUSPICIOUS events (kept out of silver and out of the watermark: a clock 3 days ahead
   must not make the whole stream late);
-- ``QUARANTINE``: adapter rejects and INVALID events, byte-exact, with the reason.
+- ``quarantine``: adapter rejects and INVALID events, byte-exact, with the reason.
 
-Counts per quality tag are Flink metrics (group ``lakestream``).
+The three tables are written by this operator itself (``udfs.delta_sink.TableWriters``, driven by the
+checkpoint markers of a ``CheckpointEpochOperator`` in front of it), not by separate sink operators:
+shipping every bronze row back to the JVM and into another Python worker was one of the costliest
+hops of the job. Counts per quality tag are Flink metrics (group ``lakestream``).
 """
 
 from __future__ import annotations
@@ -20,11 +23,13 @@ from datetime import datetime, timezone
 from typing import Any
 
 from pyflink.common import Row, Types
-from pyflink.datastream import OutputTag, ProcessFunction, RuntimeContext
+from pyflink.datastream import ProcessFunction, RuntimeContext
 
 from lakestream.adapters import AdapterSettings, get_adapter
 from lakestream.quality import QualityRules, classify
 from lakestream.standard import Rejected
+from udfs.checkpoint_markers import DATA
+from udfs.delta_sink import DeltaSinkSpec, TableWriters
 from udfs.ingest_rows import bronze_row, epoch_millis, invalid_row, quarantine_row
 
 UTC = timezone.utc
@@ -38,9 +43,8 @@ VALUE_TYPE = Types.ROW_NAMED(
 #: Main output: (key, value); the layout PyFlink's keyed operators expect after a key_by.
 STANDARD_TYPE = Types.ROW_NAMED(["key", "value"], [Types.STRING(), VALUE_TYPE])
 
-BRONZE = OutputTag("bronze", Types.PICKLED_BYTE_ARRAY())
-REVIEW = OutputTag("review", Types.PICKLED_BYTE_ARRAY())
-QUARANTINE = OutputTag("quarantine", Types.PICKLED_BYTE_ARRAY())
+#: Names of the tables this operator writes, as keys of its ``tables`` argument.
+BRONZE, REVIEW, QUARANTINE = "bronze", "review", "quarantine"
 
 
 class StandardiseFunction(ProcessFunction):  # type: ignore[misc]
@@ -52,12 +56,18 @@ class StandardiseFunction(ProcessFunction):  # type: ignore[misc]
         sources_by_topic: Mapping[str, str],
         adapter_settings: AdapterSettings,
         rules: QualityRules,
+        tables: Mapping[str, DeltaSinkSpec],
     ) -> None:
+        if set(tables) != {BRONZE, REVIEW, QUARANTINE}:
+            raise ValueError(
+                f"tables: need specs for {BRONZE}, {REVIEW} and {QUARANTINE}, got {sorted(tables)}"
+            )
         for source in sources_by_topic.values():
             get_adapter(source)  # fail at graph build, not in a worker
         self.sources_by_topic = dict(sources_by_topic)
         self.adapter_settings = adapter_settings
         self.rules = rules
+        self.tables = TableWriters(tables)
 
     def open(self, runtime_context: RuntimeContext) -> None:
         """Resolve adapters once and register the quality counters."""
@@ -69,9 +79,22 @@ class StandardiseFunction(ProcessFunction):  # type: ignore[misc]
             "INVALID": group.counter("events_invalid"),
         }
         self._rejected = group.counter("records_rejected")
+        self.tables.register_metrics(runtime_context)
+
+    def close(self) -> None:
+        """Release the table writers (staged files stay for the next OPEN)."""
+        self.tables.close()
 
     def process_element(self, value: Any, ctx: ProcessFunction.Context) -> Iterator[Any]:
-        """Adapt, classify and route one Kafka row (topic, partition, offset, timestamp, key, value)."""
+        """A checkpoint marker for the table writers, or one Kafka record to adapt, classify and route."""
+        if value[0] != DATA:
+            self.tables.on_marker(value)
+            return
+        yield from self._route(value[5])
+
+    def _route(self, value: Any) -> Iterator[Any]:
+        """Kafka row (topic, partition, offset, timestamp, key, value) -> tables and the main output."""
+        tables = self.tables
         topic, partition, offset, payload = value[0], value[1], value[2], value[5]
         now = datetime.now(UTC)
         try:
@@ -103,16 +126,16 @@ class StandardiseFunction(ProcessFunction):  # type: ignore[misc]
             )
         if isinstance(result, Rejected):
             self._rejected.inc()
-            yield QUARANTINE, quarantine_row(result, now)
+            tables.add(QUARANTINE, quarantine_row(result, now))
             return
         event = result
         self._counters[event.quality].inc()
         row = bronze_row(event, now)
-        yield BRONZE, row
+        tables.add(BRONZE, row)
         if event.quality == "VALID":
             key = event.order_id if event.order_id is not None else event.event_id
             yield Row(key, Row(epoch_millis(event.event_time), None, f"{topic}#{partition}", row))
         elif event.quality == "SUSPICIOUS":
-            yield REVIEW, row
+            tables.add(REVIEW, row)
         else:
-            yield QUARANTINE, invalid_row(event, now)
+            tables.add(QUARANTINE, invalid_row(event, now))
