@@ -110,7 +110,16 @@ from sinks.errors import (
 from sinks.merge_reduce import reduce_guarded, reduce_latest
 from sinks.merge_spec import MergeSpec
 from sinks.retry_policy import RetryPolicy
-from sinks.staging import Manifest, StagedFile, StagingArea, app_id_for, fsync_dir, new_token, now_ms
+from sinks.staging import (
+    Manifest,
+    ManifestKind,
+    StagedFile,
+    StagingArea,
+    app_id_for,
+    fsync_dir,
+    new_token,
+    now_ms,
+)
 from sinks.writer_metrics import CommitResult, WriterMetrics
 
 log = logging.getLogger(__name__)
@@ -344,21 +353,30 @@ class TwoPhaseDeltaWriter:
 
     # ------------------------------------------------------------------ staging
 
-    def _stage_append(self, table: pa.Table, checkpoint_id: int) -> Manifest:
-        token = new_token()
-        groups = self._partition_groups(table)
+    def _write_pending(
+        self, checkpoint_id: int, kind: ManifestKind, staging_dirs: tuple[str, ...]
+    ) -> Manifest:
+        """The ``pending`` manifest, durable before the first staged file, so no file is ever unowned."""
         pending = Manifest(
             app_prefix=self.app_prefix,
             run_id=self._run_id,
             subtask=self._subtask,
             checkpoint_id=checkpoint_id,
             state="pending",
-            kind="data_files",
-            token=token,
-            staging_dirs=tuple(sorted({rel or "." for _, rel, _ in groups})),
+            kind=kind,
+            token=new_token(),
+            staging_dirs=staging_dirs,
             created_ms=now_ms(),
         )
         self._staging.write(pending)
+        return pending
+
+    def _stage_append(self, table: pa.Table, checkpoint_id: int) -> Manifest:
+        groups = self._partition_groups(table)
+        pending = self._write_pending(
+            checkpoint_id, "data_files", tuple(sorted({rel or "." for _, rel, _ in groups}))
+        )
+        token = pending.token
         files: list[StagedFile] = []
         for values, rel_dir, part in groups:
             data = part.drop_columns(self.partition_by) if self.partition_by else part
@@ -429,20 +447,9 @@ class TwoPhaseDeltaWriter:
         return out
 
     def _stage_merge_source(self, table: pa.Table, checkpoint_id: int) -> Manifest:
-        token = new_token()
         folder = self._staging.merge_source_dir(self._run_id, self._subtask)
-        pending = Manifest(
-            app_prefix=self.app_prefix,
-            run_id=self._run_id,
-            subtask=self._subtask,
-            checkpoint_id=checkpoint_id,
-            state="pending",
-            kind="merge_source",
-            token=token,
-            staging_dirs=(self._staging.relative(folder),),
-            created_ms=now_ms(),
-        )
-        self._staging.write(pending)
+        pending = self._write_pending(checkpoint_id, "merge_source", (self._staging.relative(folder),))
+        token = pending.token
         reduced = self._reduce(table)
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{checkpoint_id:020d}-{token}.parquet"
