@@ -39,6 +39,40 @@ def _child_env(**overrides: str) -> dict[str, str]:
     return env
 
 
+def _fresh_dir(work: Path, name: str) -> Path:
+    run_dir = work / name
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    return run_dir
+
+
+def _measured_run(
+    cmd: list[str], run_dir: Path, *, env: dict[str, str], cwd: Path, timeout: float
+) -> dict[str, Any]:
+    """Run one pipeline process (own session), sample its tree's RSS, merge the result file it wrote."""
+    from benchmarks.procs import RssSampler
+
+    t0 = time.monotonic()
+    with open(run_dir / "log.txt", "wb") as log:
+        proc = subprocess.Popen(
+            cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        sampler = RssSampler(proc.pid).start()
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            rc = -9
+        mem = sampler.stop()
+    out: dict[str, Any] = {"rc": rc, "wall_s": round(time.monotonic() - t0, 2), "memory": mem}
+    result_file = run_dir / "result.json"
+    if result_file.exists():
+        out.update(json.loads(result_file.read_text()))
+    if rc != 0 or not result_file.exists():
+        out["error"] = (run_dir / "log.txt").read_text(errors="replace")[-3000:]
+    return out
+
+
 def run_ingest(
     work: Path,
     bootstrap: str,
@@ -54,11 +88,7 @@ def run_ingest(
     tree: Path = ROOT,
 ) -> dict[str, Any]:
     """One bounded lakestream run in its own process (its own JVM), RSS sampled, tables verified."""
-    from benchmarks.procs import RssSampler
-
-    run_dir = work / f"ingest-{label}"
-    shutil.rmtree(run_dir, ignore_errors=True)
-    run_dir.mkdir(parents=True)
+    run_dir = _fresh_dir(work, f"ingest-{label}")
     result_file = run_dir / "result.json"
     cmd = [
         sys.executable,
@@ -82,24 +112,9 @@ def run_ingest(
     for s in sets:
         cmd += ["--set", s]
     env = _child_env(LAKESTREAM__FLINK__PYTHON_EXECUTION_MODE=mode, **env_over)
-    t0 = time.monotonic()
-    with open(run_dir / "log.txt", "wb") as log:
-        proc = subprocess.Popen(
-            cmd, cwd=tree, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        sampler = RssSampler(proc.pid).start()
-        try:
-            rc = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            rc = -9
-        mem = sampler.stop()
-    wall = time.monotonic() - t0
-    out: dict[str, Any] = {"label": label, "mode": mode, "rc": rc, "wall_s": round(wall, 2), "memory": mem}
-    if result_file.exists():
-        out.update(json.loads(result_file.read_text()))
-    if rc != 0 or "execute_s" not in out:
-        out["error"] = (run_dir / "log.txt").read_text(errors="replace")[-3000:]
+    out = {"label": label, "mode": mode, **_measured_run(cmd, run_dir, env=env, cwd=tree, timeout=timeout)}
+    if out["rc"] != 0 or "execute_s" not in out:
+        out.setdefault("error", (run_dir / "log.txt").read_text(errors="replace")[-3000:])
         return out
     out["events_per_s"] = round(wl.events / out["execute_s"])
     if verify:
@@ -133,11 +148,7 @@ def run_ingest(
 def run_spark(
     work: Path, bootstrap: str, topics: dict[str, str], *, label: str, timeout: float = 1800
 ) -> dict[str, Any]:
-    from benchmarks.procs import RssSampler
-
-    run_dir = work / f"spark-{label}"
-    shutil.rmtree(run_dir, ignore_errors=True)
-    run_dir.mkdir(parents=True)
+    run_dir = _fresh_dir(work, f"spark-{label}")
     result_file = run_dir / "result.json"
     cmd = [
         sys.executable,
@@ -154,29 +165,8 @@ def run_spark(
         "--result",
         str(result_file),
     ]
-    t0 = time.monotonic()
-    with open(run_dir / "log.txt", "wb") as log:
-        proc = subprocess.Popen(
-            cmd,
-            cwd=ROOT,
-            env=_child_env(SPARK_LOCAL_IP="127.0.0.1"),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        sampler = RssSampler(proc.pid).start()
-        try:
-            rc = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            rc = -9
-        mem = sampler.stop()
-    out: dict[str, Any] = {"label": label, "rc": rc, "wall_s": round(time.monotonic() - t0, 2), "memory": mem}
-    if result_file.exists():
-        out.update(json.loads(result_file.read_text()))
-    else:
-        out["error"] = (run_dir / "log.txt").read_text(errors="replace")[-3000:]
-    return out
+    env = _child_env(SPARK_LOCAL_IP="127.0.0.1")
+    return {"label": label, **_measured_run(cmd, run_dir, env=env, cwd=ROOT, timeout=timeout)}
 
 
 def run_latency(
