@@ -33,15 +33,6 @@ def committed_rows(uri: str) -> int:
         return 0
 
 
-def writer_metric_names(cluster: StandaloneCluster, jid: str) -> set[str]:
-    """Metric ids of the Delta writer operator's vertex, as the REST API lists them."""
-    for vertex in cluster.rest(f"/jobs/{jid}")["vertices"]:
-        if "writer" in vertex["name"]:
-            listed = cluster.rest(f"/jobs/{jid}/vertices/{vertex['id']}/subtasks/metrics")
-            return {m["id"] for m in listed}
-    raise AssertionError("no writer vertex in the job graph")
-
-
 def test_killed_taskmanager_is_replaced_and_nothing_is_lost_or_repeated(cluster, kafka, tmp_path):
     topic = "cluster.tmkill"
     create_topic(kafka, topic, partitions=2)
@@ -65,16 +56,6 @@ def test_killed_taskmanager_is_replaced_and_nothing_is_lost_or_repeated(cluster,
         assert cluster.rest(f"/jobs/{job['jid']}")["state"] in ("CREATED", "RUNNING", "INITIALIZING")
         time.sleep(0.3)
     assert committed_rows(uri) < len(sent), "the job finished before the TaskManager could be killed"
-    # The sink's own counters are visible as Flink metrics of the writer operator.
-    names = writer_metric_names(cluster, job["jid"])
-    for metric in (
-        "rowsCommitted",
-        "filesCommitted",
-        "bytesCommitted",
-        "commitRetries",
-        "stagedRowsUncommitted",
-    ):
-        assert any(n.endswith(f".{metric}") for n in names), (metric, sorted(names)[:20])
     killed = cluster.kill_taskmanager()
     cluster.add_taskmanager()  # the job needs both slots back
 
