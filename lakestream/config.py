@@ -100,7 +100,18 @@ class FlinkConfig:
     python_execution_mode: Literal["process", "thread"] = "process"
     bundle_size: int = 10_000
     bundle_time: timedelta = timedelta(seconds=1)
+    #: Kafka records per batch crossing into Python (one Kafka partition per batch), and the longest a
+    #: batch waits to fill; every batch is also flushed before each checkpoint barrier.
+    batch_size: int = 5_000
+    batch_time: timedelta = timedelta(milliseconds=200)
     jobmanager: str = ""  # "host:port" of a running cluster for `flink run`; empty = local MiniCluster
+
+    def __post_init__(self) -> None:
+        """Reject sizes the JVM operators would refuse only once the job runs."""
+        if self.batch_size < 1:
+            raise ConfigError(f"flink.batch_size: must be at least 1 record, got {self.batch_size}")
+        if self.batch_time < timedelta(milliseconds=1):
+            raise ConfigError(f"flink.batch_time: must be at least 1ms, got {self.batch_time}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,10 +121,8 @@ class EventTimeConfig:
     max_out_of_orderness: timedelta = timedelta(minutes=5)
     idleness_timeout: timedelta = timedelta(minutes=1)
     allowed_lateness: timedelta = timedelta(0)
+    #: Event ids are remembered this long (processing time) to drop re-deliveries; bounds the memory.
     dedup_ttl: timedelta = timedelta(minutes=30)
-    #: Keyed state per order is dropped after this long without an event (processing time). Silver stays
-    #: exact past it: the Delta MERGE re-applies the same per-field guard against the stored row.
-    order_state_ttl: timedelta = timedelta(hours=24)
     source_zone: str = "Asia/Shanghai"
 
 

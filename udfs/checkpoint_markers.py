@@ -29,11 +29,14 @@ KIND_NAMES: Final = {
 _OPERATOR_CLASS: Final = "io.lakestream.flink.CheckpointEpochOperator"
 
 
-def with_checkpoint_markers(stream: DataStream, *, name: str, uid: str) -> DataStream:
+def with_checkpoint_markers(
+    stream: DataStream, *, name: str, uid: str, parallelism: int | None = None
+) -> DataStream:
     """Chain the marker operator after ``stream`` (forward, same parallelism) and return its output.
 
     The downstream Python operator must keep the same parallelism and a forward connection, so that
-    each sink subtask sees exactly the markers of its own upstream subtask.
+    each sink subtask sees exactly the markers of its own upstream subtask. Pass ``parallelism`` when
+    ``stream`` does not run at the job's default (e.g. after an operator pinned to 1).
     """
     from pyflink.datastream import DataStream
     from pyflink.java_gateway import get_gateway
@@ -43,6 +46,29 @@ def with_checkpoint_markers(stream: DataStream, *, name: str, uid: str) -> DataS
     j_stream = stream._j_data_stream
     out_type = operator_cls.outputType(j_stream.getType())
     j_out = j_stream.transform(name, out_type, operator_cls()).uid(uid)
+    if parallelism is not None:
+        j_out = j_out.setParallelism(parallelism)
+    return DataStream(j_out)
+
+
+def kafka_batches_with_markers(
+    stream: DataStream, *, batch_size: int, batch_time_ms: int, name: str, uid: str
+) -> DataStream:
+    """Pack ``KafkaRecordToRow`` rows into per-partition batches, with checkpoint markers in between.
+
+    ``io.lakestream.flink.KafkaBatchEpochOperator``: like ``with_checkpoint_markers`` (same marker rows,
+    same forward/parallelism contract), but each DATA payload carries up to ``batch_size`` records of one
+    Kafka partition, flushed at the latest every ``batch_time_ms`` and always before a checkpoint
+    barrier, so one Java/Python crossing carries thousands of records.
+    """
+    from pyflink.datastream import DataStream
+    from pyflink.java_gateway import get_gateway
+
+    jvm = get_gateway().jvm
+    operator_cls = jvm.io.lakestream.flink.KafkaBatchEpochOperator
+    j_stream = stream._j_data_stream
+    operator = operator_cls(batch_size, batch_time_ms)
+    j_out = j_stream.transform(name, operator_cls.markedBatchType(), operator).uid(uid)
     return DataStream(j_out)
 
 

@@ -1,13 +1,9 @@
 """Python face of ``io.lakestream.flink.EventTimeGate``: watermarks and the late decision, in Java, at p=1.
 
 The gate is a Java operator because the decision "was this event behind the watermark when it arrived"
-must be made in arrival order, record by record, and a Python operator only sees its watermark advance
-between bundles. Its output is keyed here with the plain Java ``KeyByKeySelector`` on the key field the
-standardiser already wrote, so no extra Python operator runs at parallelism 1 (PyFlink's ``key_by``
-would add one to compute the key).
-
-``side_output`` exists for the same reason: PyFlink's ``get_side_output`` appends an identity Python map
-(one more Python round trip per record, and an operator without a stable uid).
+must be made in arrival order, event by event, with its state checkpointed in step with the source
+offsets, and Python functions get no checkpoint hooks. It reads the standardiser's batches (one Kafka
+partition's VALID events each) and fills in their late watermarks.
 """
 
 from __future__ import annotations
@@ -16,8 +12,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
-    from pyflink.common.typeinfo import TypeInformation
-    from pyflink.datastream import DataStream, KeyedStream, OutputTag
+    from pyflink.datastream import DataStream
 
 _GATE_CLASS = "io.lakestream.flink.EventTimeGate"
 
@@ -26,21 +21,19 @@ def _millis(td: timedelta) -> int:
     return int(td.total_seconds() * 1000)
 
 
-def gate_and_key(
+def event_time_gate(
     stream: DataStream,
     *,
-    value_type: TypeInformation,
     max_out_of_orderness: timedelta,
     idleness_timeout: timedelta,
     name: str,
     uid: str,
-) -> tuple[DataStream, KeyedStream]:
-    """Run ``stream`` ((key, value) rows) through the gate at parallelism 1; return it and it keyed by key.
+) -> DataStream:
+    """Run ``stream`` (``ingest_standardise.BATCH_TYPE`` rows) through the gate at parallelism 1.
 
-    ``value_type`` is the type of the value field (what the keyed function receives).
+    The output has the same type, with each batch's late watermarks filled in.
     """
-    from pyflink.common import Types
-    from pyflink.datastream import DataStream, KeyedStream
+    from pyflink.datastream import DataStream
     from pyflink.java_gateway import get_gateway
 
     if max_out_of_orderness < timedelta(0):
@@ -50,14 +43,4 @@ def gate_and_key(
         _millis(max_out_of_orderness), max(0, _millis(idleness_timeout))
     )
     j_stream = stream._j_data_stream
-    j_gated = j_stream.transform(name, j_stream.getType(), operator).uid(uid).setParallelism(1)
-    gated = DataStream(j_gated)
-    j_keyed = j_gated.keyBy(jvm.KeyByKeySelector(), Types.ROW([Types.STRING()]).get_java_type_info())
-    return gated, KeyedStream(j_keyed, value_type, gated)
-
-
-def side_output(stream: DataStream, tag: OutputTag) -> DataStream:
-    """The side output ``tag`` of a Python operator, as the plain Java side-output stream (no operator)."""
-    from pyflink.datastream import DataStream
-
-    return DataStream(stream._j_data_stream.getSideOutput(tag.get_java_output_tag()))
+    return DataStream(j_stream.transform(name, j_stream.getType(), operator).uid(uid).setParallelism(1))

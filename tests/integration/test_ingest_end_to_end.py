@@ -538,15 +538,14 @@ def test_ingest_killed_and_resumed_gives_the_same_tables(kafka: str, lakehouse: 
 
 
 def test_silver_exact_with_cold_state_across_runs(kafka: str, lakehouse: Path, tmp_path: Path) -> None:
-    """Correctness past the state TTL: silver is exact when keyed state never helps.
+    """Silver is exact across separate jobs: the table, not the job's memory, holds the order state.
 
-    Two separate bounded runs (the second a fresh job with empty keyed state) over the two halves of
-    the stream, with ``order_state_ttl`` at 1 ms so state expires between an order's events even inside
-    a run. The second half carries older events for orders whose newer values the first run already
-    committed, so only the Delta MERGE's event-time guard, against the stored rows, keeps silver right.
+    Two separate bounded runs (the second a fresh job: empty de-dup cache, new run id) over the two
+    halves of the stream. The second half carries older events for orders whose newer values the first
+    run already committed, so only the Delta MERGE's event-time guard, against the stored rows, keeps
+    silver right.
     """
     topics, env = setup_topics(kafka, tmp_path, lakehouse)
-    env["LAKESTREAM__EVENT_TIME__ORDER_STATE_TTL"] = '"1ms"'
     records, half = build_stream()
     produce(kafka, topics, records[:half])
     run_ingest(env)

@@ -93,7 +93,8 @@ public class CheckpointEpochOperator<T> extends AbstractStreamOperator<Row>
         emitOpen();
     }
 
-    private void emitOpen() {
+    /** Emits OPEN once, before anything else this subtask emits. */
+    protected final void emitOpen() {
         if (openEmitted) {
             return;
         }
@@ -101,7 +102,8 @@ public class CheckpointEpochOperator<T> extends AbstractStreamOperator<Row>
         emit(OPEN, restoredCheckpointId, null);
     }
 
-    private void emit(int kind, long checkpointId, Object payload) {
+    /** Emits one marker (or, with kind DATA, one payload) with this subtask's coordinates. */
+    protected final void emit(int kind, long checkpointId, Object payload) {
         int subtask = getRuntimeContext().getTaskInfo().getIndexOfThisSubtask();
         int parallelism = getRuntimeContext().getTaskInfo().getNumberOfParallelSubtasks();
         output.collect(

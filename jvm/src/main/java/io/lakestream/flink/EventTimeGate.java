@@ -31,13 +31,15 @@ import org.apache.flink.types.Row;
  * source's own per-split watermarks are not available; this operator computes them:
  *
  * <ul>
- *   <li>records are {@code (key, (event_time_ms, late_watermark_ms, split, payload))}; {@code split}
- *       names the source partition (e.g. {@code "topic#3"}); the record timestamp is set to
- *       {@code event_time_ms};
+ *   <li>records are batches {@code (split, event_times_ms[], late_watermarks_ms[], payload)} of one
+ *       source partition's events in arrival order ({@code split} names it, e.g. {@code "topic#3"});
+ *       batches, not single events, because every record a Python operator emits costs a fixed
+ *       crossing; the gate fills {@code late_watermarks_ms} ({@link #NOT_LATE} for events on time)
+ *       and passes the payload through untouched; the record timestamp is the split's max event time;
  *   <li>per split, the watermark is {@code max(event_time_ms so far) - bound - 1} (Flink's
  *       {@code BoundedOutOfOrdernessWatermarks}). A record is late when its event time is at or below
  *       its split's watermark before the record (Flink's definition); {@code late_watermark_ms} is then
- *       set to that watermark, otherwise it stays null. This depends only on the order of the split's
+ *       set to that watermark. This depends only on the order of the split's
  *       own records, which Kafka fixes, so it is the same in every run and after every restore; and a
  *       partition read ahead of the others (any catch-up) never makes the others' records late;
  *   <li>the emitted Flink watermark, for event-time operators downstream, combines the splits like a
@@ -56,16 +58,16 @@ import org.apache.flink.types.Row;
 public class EventTimeGate extends AbstractStreamOperator<Row>
         implements OneInputStreamOperator<Row, Row>, ProcessingTimeCallback {
 
-    private static final long serialVersionUID = 3L;
+    private static final long serialVersionUID = 4L;
 
-    /** Position of the value row in the (key, value) record. */
-    public static final int VALUE = 1;
-    /** Position of the event time (epoch millis) in the value row. */
-    public static final int EVENT_TIME = 0;
-    /** Position of the late watermark (epoch millis, or null) in the value row. */
-    public static final int LATE_WATERMARK = 1;
-    /** Position of the split (source partition) id in the value row. */
-    public static final int SPLIT = 2;
+    /** Position of the split (source partition) id in the batch row. */
+    public static final int SPLIT = 0;
+    /** Position of the event times (epoch millis, arrival order) in the batch row. */
+    public static final int EVENT_TIMES = 1;
+    /** Position of the late watermarks the gate fills in (one per event) in the batch row. */
+    public static final int LATE_WATERMARKS = 2;
+    /** Late watermark of an event that is not late. */
+    public static final long NOT_LATE = Long.MIN_VALUE;
 
     /** State entry that carries the watermark itself (split ids are never empty). */
     private static final String WATERMARK_ENTRY = "";
@@ -135,33 +137,28 @@ public class EventTimeGate extends AbstractStreamOperator<Row>
 
     @Override
     public void processElement(StreamRecord<Row> element) throws Exception {
-        Row value = (Row) element.getValue().getField(VALUE);
-        Object time = value.getField(EVENT_TIME);
-        Object splitId = value.getField(SPLIT);
-        if (!(time instanceof Long) || !(splitId instanceof String) || ((String) splitId).isEmpty()) {
+        Row batch = element.getValue();
+        Object splitId = batch.getField(SPLIT);
+        Object times = batch.getField(EVENT_TIMES);
+        if (!(times instanceof long[]) || !(splitId instanceof String) || ((String) splitId).isEmpty()) {
             throw new IllegalStateException(
-                    "EventTimeGate: the value row needs the event time in epoch milliseconds (BIGINT) at "
-                            + EVENT_TIME + " and a non-empty split id (STRING) at " + SPLIT
-                            + ", got " + value);
+                    "EventTimeGate: a batch row needs a non-empty split id (STRING) at " + SPLIT
+                            + " and the event times in epoch milliseconds (ARRAY<BIGINT>) at "
+                            + EVENT_TIMES + ", got " + batch);
         }
-        long eventTime = (Long) time;
+        long[] eventTimes = (long[]) times;
+        if (eventTimes.length == 0) {
+            return;
+        }
         if (outputIdle) {
             outputIdle = false;
             output.emitWatermarkStatus(WatermarkStatus.ACTIVE);
         }
-        Split split = splits.get(splitId);
-        if (split != null && split.maxEventTime != Long.MIN_VALUE) {
-            long splitWatermark = split.maxEventTime - boundMillis - 1;
-            if (eventTime <= splitWatermark) {
-                value.setField(LATE_WATERMARK, splitWatermark);
-            }
-        }
-        output.collect(element.replace(element.getValue(), eventTime));
-
         if (idleMillis > 0) {
             lastRecordAt = getProcessingTimeService().getCurrentProcessingTime();
         }
         boolean recompute = false;
+        Split split = splits.get(splitId);
         if (split == null) {
             split = new Split();
             splits.put((String) splitId, split);
@@ -171,11 +168,25 @@ public class EventTimeGate extends AbstractStreamOperator<Row>
             recompute = true;
         }
         split.lastRecordAt = lastRecordAt;
-        if (eventTime > split.maxEventTime) {
-            // Only the split(s) at the minimum can move the minimum.
-            recompute |= split.maxEventTime <= activeMin;
-            split.maxEventTime = eventTime;
+        long before = split.maxEventTime;
+        long[] late = new long[eventTimes.length];
+        for (int i = 0; i < eventTimes.length; i++) {
+            long eventTime = eventTimes[i];
+            late[i] = NOT_LATE;
+            if (split.maxEventTime != Long.MIN_VALUE) {
+                long splitWatermark = split.maxEventTime - boundMillis - 1;
+                if (eventTime <= splitWatermark) {
+                    late[i] = splitWatermark;
+                }
+            }
+            if (eventTime > split.maxEventTime) {
+                split.maxEventTime = eventTime;
+            }
         }
+        batch.setField(LATE_WATERMARKS, late);
+        output.collect(element.replace(batch, split.maxEventTime));
+        // Only the split(s) at the minimum can move the minimum.
+        recompute |= split.maxEventTime > before && before <= activeMin;
         if (recompute) {
             recomputeMin();
             advance();
