@@ -27,16 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import report, requirements
+from benchmarks.unbounded import child_env as _child_env
 from benchmarks.workload import Workload, distinct_count, prepare, table_rows
 from lakestream import paths
 
 ROOT = paths.PROJECT_ROOT
-
-
-def _child_env(**overrides: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESTREAM__")}
-    env.update(overrides)
-    return env
 
 
 def _fresh_dir(work: Path, name: str) -> Path:
@@ -183,62 +178,30 @@ def run_latency(
     """Unbounded ingest on fresh topics; paced producer starts once the first checkpoint completed."""
     from benchmarks import latency
     from benchmarks.procs import RssSampler
-    from lakestream.kafka_broker import create_topic
+    from benchmarks.unbounded import unbounded_ingest
 
-    label = f"latency-{mode}-{rate}"
-    run_dir = work / label
-    shutil.rmtree(run_dir, ignore_errors=True)
-    run_dir.mkdir(parents=True)
-    suffix = str(time.time_ns())
-    topics = {s: f"lat{suffix}.{s}" for s in ("orders_db", "payments", "logistics", "behaviour")}
-    for t in topics.values():
-        create_topic(bootstrap, t, partitions=2)
-    env_over = {f"LAKESTREAM__KAFKA__TOPICS__{s.upper()}": t for s, t in topics.items()}
-    env_over["LAKESTREAM__FLINK__CHECKPOINT_INTERVAL"] = checkpoint_interval
-    cmd = [
-        sys.executable,
-        "-m",
-        "benchmarks.ingest_run",
-        "--bootstrap",
-        bootstrap,
-        "--unbounded",
-        "--lakehouse",
-        str(run_dir / "lakehouse"),
-        "--checkpoint-dir",
-        str(run_dir / "checkpoints"),
-        "--group-id",
-        f"bench-{label}-{suffix}",
-        "--result",
-        str(run_dir / "result.json"),
-    ]
-    if mode == "thread":
-        cmd.append("--pythonpath-fix")
-    for s in sets:
-        cmd += ["--set", s]
     out: dict[str, Any] = {"mode": mode, "checkpoint_interval": checkpoint_interval}
-    with open(run_dir / "log.txt", "wb") as log:
-        proc = subprocess.Popen(
-            cmd,
-            cwd=tree,
-            env=_child_env(LAKESTREAM__FLINK__PYTHON_EXECUTION_MODE=mode, **env_over),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        sampler = RssSampler(proc.pid, interval=1.0).start()
+    with unbounded_ingest(
+        work,
+        bootstrap,
+        label=f"latency-{mode}-{rate}",
+        topic_prefix="lat",
+        mode=mode,
+        env_over={"LAKESTREAM__FLINK__CHECKPOINT_INTERVAL": checkpoint_interval},
+        sets=sets,
+        tree=tree,
+    ) as run:
+        sampler = RssSampler(run.proc.pid, interval=1.0).start()
         try:
-            deadline = time.monotonic() + 180
-            while not list((run_dir / "checkpoints").glob("*/chk-*/_metadata")):
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    out["error"] = (run_dir / "log.txt").read_text(errors="replace")[-3000:]
-                    return out
-                time.sleep(0.5)
+            if not run.wait_first_checkpoint():
+                out["error"] = run.log_tail()
+                return out
             sent: list[float] = []
             seen: list[tuple[float, int]] = []
             stop = threading.Event()
             prod = threading.Thread(
                 target=latency.paced_producer,
-                args=(bootstrap, topics["orders_db"]),
+                args=(bootstrap, run.topics["orders_db"]),
                 kwargs={
                     "rate": rate,
                     "seconds": seconds,
@@ -251,7 +214,7 @@ def run_latency(
             prod.start()
             drain = 30.0
             latency.poll_visibility(
-                run_dir / "lakehouse" / "silver" / "orders",
+                run.run_dir / "lakehouse" / "silver" / "orders",
                 base_rows=0,
                 until=time.monotonic() + seconds + drain,
                 seen=seen,
@@ -261,11 +224,6 @@ def run_latency(
             out.update(latency.summarize(rate, seconds, sent, seen))
         finally:
             out["memory"] = sampler.stop()
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait(timeout=20)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                os.killpg(proc.pid, signal.SIGKILL)
     return out
 
 
@@ -296,6 +254,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--latency-seconds", type=float, default=60)
     p.add_argument("--skip-latency", action="store_true")
+    p.add_argument(
+        "--memory-minutes",
+        type=float,
+        default=0,
+        help="memory-flat run: unbounded ingest at steady input for M minutes, first mode only (0 = skip)",
+    )
+    p.add_argument("--memory-rate", type=int, default=2000, help="events/s of the memory-flat run")
     p.add_argument("--set", action="append", default=[], help="extra Flink setting for lakestream runs")
     p.add_argument("--batch-rows", type=int)
     p.add_argument("--no-readme", action="store_true")
@@ -434,6 +399,27 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
         results["latency"] = lat
+        if a.memory_minutes > 0:
+            from benchmarks.memory import run_memory
+
+            print(f"  memory: {a.memory_minutes:g} min at {a.memory_rate}/s ...", flush=True)
+            results["memory"] = run_memory(
+                work,
+                bootstrap,
+                mode=modes[0],
+                minutes=a.memory_minutes,
+                rate=a.memory_rate,
+                checkpoint_interval=str(cfg.flink.checkpoint_interval.total_seconds()) + "s",
+                sets=a.set,
+                tree=trees[modes[0]],
+            )
+            m = results["memory"]
+            print(
+                f"  memory: {m.get('verdict')}, peak {m.get('peak_mib')} MiB, at {m.get('rss_mib_at')}, "
+                f"second half {m.get('second_half_slope_mib_per_min')} MiB/min, "
+                f"{m.get('distinct_order_keys')} order keys" + (f"\n{m['error']}" if "error" in m else ""),
+                flush=True,
+            )
     if not a.skip_latency:
         from benchmarks import source_lag
 

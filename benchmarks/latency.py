@@ -8,14 +8,60 @@ at ``t`` at the latest. Latency of event i = first poll time with count >= i, mi
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 SHANGHAI = timedelta(hours=8)
+
+
+#: One message for ``paced_send``: topic, key, value, partition (None: by key, as the sources do).
+Message = tuple[str, bytes | None, bytes, int | None]
+
+
+def paced_send(
+    bootstrap: str,
+    messages: Iterator[Message],
+    *,
+    rate: int,
+    seconds: float,
+    stop: threading.Event,
+    sent: list[float] | None = None,
+) -> int:
+    """Send ``rate`` messages/s for ``seconds`` in 10 ms slices; ``sent`` gets each send time (monotonic).
+
+    Stops early when ``messages`` runs out or ``stop`` is set; returns how many were sent.
+    """
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 2, "enable.idempotence": True})
+    t0 = time.monotonic()
+    total = int(rate * seconds)
+    i = 0
+    while i < total and not stop.is_set():
+        due = min(total, int((time.monotonic() - t0) * rate) + 1)
+        while i < due:
+            msg = next(messages, None)
+            if msg is None:
+                p.flush(60)
+                return i
+            topic, key, value, partition = msg
+            if partition is None:
+                p.produce(topic, key=key, value=value)
+            else:
+                p.produce(topic, key=key, value=value, partition=partition)
+            if sent is not None:
+                sent.append(time.monotonic())
+            i += 1
+        p.poll(0)
+        time.sleep(0.01)
+    p.flush(60)
+    return i
 
 
 def paced_producer(
@@ -28,17 +74,11 @@ def paced_producer(
     sent: list[float],
     stop: threading.Event,
 ) -> None:
-    """Send ``rate`` events/s for ``seconds`` in 10 ms slices, recording each send time (monotonic)."""
-    from confluent_kafka import Producer
-
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 2, "enable.idempotence": True})
-    t0 = time.monotonic()
-    total = int(rate * seconds)
-    i = 0
+    """One ``orders_db`` create per new order id, paced (see ``paced_send``); partitions round-robin."""
     base = datetime(2024, 6, 1, 12, 0, 0)
-    while i < total and not stop.is_set():
-        due = min(total, int((time.monotonic() - t0) * rate) + 1)
-        while i < due:
+
+    def creates() -> Iterator[Message]:
+        for i in itertools.count():
             oid = str(first_id + i)
             at = (base + timedelta(milliseconds=i)).strftime("%Y-%m-%d %H:%M:%S")
             payload = {
@@ -50,12 +90,9 @@ def paced_producer(
                 "address": "Haidian",
                 "updated_at": at,
             }
-            p.produce(topic, key=oid.encode(), value=json.dumps(payload).encode(), partition=i % 2)
-            sent.append(time.monotonic())
-            i += 1
-        p.poll(0)
-        time.sleep(0.01)
-    p.flush(60)
+            yield topic, oid.encode(), json.dumps(payload).encode(), i % 2
+
+    paced_send(bootstrap, creates(), rate=rate, seconds=seconds, stop=stop, sent=sent)
 
 
 def poll_visibility(table: Path, *, base_rows: int, until: float, seen: list[tuple[float, int]]) -> None:

@@ -121,6 +121,7 @@ def markdown(results: dict[str, Any]) -> str:
             )
             if "error" in r:
                 lines.append(f"| {r['mode']} failed: see results.json | | | | | | | | | |")
+    lines += _memory_lines(results.get("memory"))
     sl = results.get("source_lag")
     if sl:
         lines.append(
@@ -135,6 +136,33 @@ def markdown(results: dict[str, Any]) -> str:
         "commit included; JVM start excluded). Ratios are against baselines of the same run."
     )
     return "\n".join(lines) + "\n"
+
+
+def _memory_lines(m: dict[str, Any] | None) -> list[str]:
+    """The memory-flat run (``--memory-minutes``): RSS of the whole process tree at steady input."""
+    if not m:
+        return []
+    at = m.get("rss_mib_at", {})
+    keys = m.get("distinct_order_keys")
+    lines = [
+        "",
+        "| memory (unbounded, steady input) | rate | order keys | state TTLs | peak MiB "
+        "| RSS MiB at 25/50/75/100 % | 2nd half MiB/min (%/min) | verdict |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        f"| {m['mode']}, {m['minutes']:g} min | {m['rate_target']}/s "
+        f"(achieved {m.get('achieved_send_rate', '–')}) | {'–' if keys is None else f'{keys:,}'} | "
+        f"{', '.join(f'{k} {v}' for k, v in m['ttl'].items())} | {m.get('peak_mib', '–')} | "
+        + " / ".join(str(at.get(q, "–")) for q in ("25%", "50%", "75%", "100%"))
+        + f" | {m.get('second_half_slope_mib_per_min', '–')} ({m.get('second_half_growth_pct_per_min', '–')})"
+        f" | **{m.get('verdict', '–')}** |",
+        "",
+        f"Memory rule: {m.get('rule', '–')}. RSS = client + JVM + Python workers, sampled every "
+        f"{m.get('sample_every_s')} s; state TTLs set short on purpose; ingested (bronze + quarantine) "
+        f"{m.get('ingested_after_drain', '–')} of {m.get('sent', '–')} sent.",
+    ]
+    if "error" in m:
+        lines.append("Memory run failed: see results.json.")
+    return lines
 
 
 def update_readme(readme: Path, md: str) -> None:

@@ -1,0 +1,133 @@
+"""One unbounded lakestream ingest run on fresh topics, in its own process group.
+
+Shared by the latency and the memory measurements so both start, wait for and stop the pipeline the
+same way. The run is ``benchmarks.ingest_run --unbounded`` (the same job as ``lakestream ingest``, plus
+the bench's outside tuning knobs); its JVM and, in process mode, the Beam Python workers are its
+descendants, so one process group holds the whole pipeline and one ``killpg`` ends all of it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+SOURCES = ("orders_db", "payments", "logistics", "behaviour")
+
+
+def child_env(**overrides: str) -> dict[str, str]:
+    """The parent's environment minus its own lakestream overrides, plus the run's."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESTREAM__")}
+    env.update(overrides)
+    return env
+
+
+@dataclass
+class UnboundedIngest:
+    """A started run: its process (group leader), folder and the fresh topics it reads."""
+
+    proc: subprocess.Popen[bytes]
+    run_dir: Path
+    topics: dict[str, str]
+
+    def log_tail(self, chars: int = 3000) -> str:
+        return (self.run_dir / "log.txt").read_text(errors="replace")[-chars:]
+
+    def wait_first_checkpoint(self, timeout: float = 180) -> bool:
+        """True once a checkpoint completed (the sources are assigned and the job runs); False if it died."""
+        deadline = time.monotonic() + timeout
+        while not list((self.run_dir / "checkpoints").glob("*/chk-*/_metadata")):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                return False
+            time.sleep(0.5)
+        return True
+
+
+def stop_group(proc: subprocess.Popen[bytes], grace: float = 20) -> None:
+    """SIGTERM the group, SIGKILL whatever is left after ``grace`` s (the JVM can outlive the client)."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        pass
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    proc.wait(timeout=10)
+
+
+@contextmanager
+def unbounded_ingest(
+    work: Path,
+    bootstrap: str,
+    *,
+    label: str,
+    topic_prefix: str,
+    mode: str,
+    env_over: dict[str, str],
+    sets: list[str],
+    tree: Path,
+) -> Iterator[UnboundedIngest]:
+    """Fresh topics (2 partitions each), then the unbounded run in ``work/label``; stopped on exit."""
+    from lakestream.kafka_broker import create_topic
+
+    run_dir = work / label
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    suffix = str(time.time_ns())
+    topics = {s: f"{topic_prefix}{suffix}.{s}" for s in SOURCES}
+    for t in topics.values():
+        create_topic(bootstrap, t, partitions=2)
+    env = {f"LAKESTREAM__KAFKA__TOPICS__{s.upper()}": t for s, t in topics.items()}
+    env.update(env_over)
+    cmd = [
+        sys.executable,
+        "-m",
+        "benchmarks.ingest_run",
+        "--bootstrap",
+        bootstrap,
+        "--unbounded",
+        "--lakehouse",
+        str(run_dir / "lakehouse"),
+        "--checkpoint-dir",
+        str(run_dir / "checkpoints"),
+        "--group-id",
+        f"bench-{label}-{suffix}",
+        "--result",
+        str(run_dir / "result.json"),
+    ]
+    if mode == "thread":
+        cmd.append("--pythonpath-fix")
+    for s in sets:
+        cmd += ["--set", s]
+    with open(run_dir / "log.txt", "wb") as log:
+        proc = subprocess.Popen(
+            cmd,
+            cwd=tree,
+            env=child_env(LAKESTREAM__FLINK__PYTHON_EXECUTION_MODE=mode, **env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            yield UnboundedIngest(proc=proc, run_dir=run_dir, topics=topics)
+        finally:
+            stop_group(proc)
