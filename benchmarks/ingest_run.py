@@ -100,7 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     Path(a.result).write_text(json.dumps(result), encoding="utf-8")
     t2 = time.monotonic()
+    result["execute_start_epoch_s"] = time.time()
     env.execute("bench-ingest")
+    result["execute_end_epoch_s"] = time.time()
     result["execute_s"] = round(time.monotonic() - t2, 2)
     Path(a.result).write_text(json.dumps(result), encoding="utf-8")
     return 0

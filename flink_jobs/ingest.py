@@ -228,7 +228,7 @@ def build_ingest_job(
         .uid("ingest-resolve-orders")
         .set_parallelism(1)
     )
-    discard(reports, name="resolve reports", uid="ingest-resolve-end")
+    discard(reports, name="resolve reports", uid="ingest-resolve-end", parallelism=1)
     return env
 
 

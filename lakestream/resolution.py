@@ -32,6 +32,7 @@ from lakestream.silver import (
     LAST_EVENT_ID,
     LAST_EVENT_TIME,
     RESOLVED_FIELDS,
+    SILVER_COLUMNS,
     SILVER_EIDS,
     SILVER_GUARDED,
     SilverRow,
@@ -223,6 +224,40 @@ def state_from_row(row: Mapping[str, Any]) -> OrderState:
     state.last_time = row.get(LAST_EVENT_TIME)
     state.last_eid = row.get(LAST_EVENT_ID)
     return state
+
+
+_COL = {name: i for i, name in enumerate(SILVER_COLUMNS)}
+#: Per resolved field index: positions of its value, event time and event id in a silver tuple.
+_TRIPLE_POS = tuple(
+    (_COL[f], _COL[SILVER_GUARDED[f]], _COL[SILVER_EIDS[f]]) for f in RESOLVED_FIELDS
+)
+_ORDER_POS, _LAST_TIME_POS, _LAST_EID_POS = _COL["order_id"], _COL[LAST_EVENT_TIME], _COL[LAST_EVENT_ID]
+_N_COLS = len(SILVER_COLUMNS)
+
+
+def event_tuple(
+    event: StandardEvent, *, accept: frozenset[Quality] = SILVER_ACCEPTS
+) -> tuple[Any, ...] | None:
+    """``event_row`` as a tuple in ``SILVER_COLUMNS`` order, built without an ``OrderState``.
+
+    The streaming job turns every event into this MERGE source row, so it is the per-event hot path;
+    it reads the same ``updates_of`` as ``apply`` (a unit test checks it equals ``event_row``).
+    """
+    if event.quality not in accept or event.order_id is None:
+        return None
+    ts, eid = event.event_time, event.event_id
+    row: list[Any] | None = None
+    for idx, value in updates_of(event):
+        if value is None:
+            continue
+        if row is None:
+            row = [None] * _N_COLS
+        v, t, e = _TRIPLE_POS[idx]
+        row[v], row[t], row[e] = value, ts, eid
+    if row is None:
+        return None
+    row[_ORDER_POS], row[_LAST_TIME_POS], row[_LAST_EID_POS] = event.order_id, ts, eid
+    return tuple(row)
 
 
 def event_row(event: StandardEvent, *, accept: frozenset[Quality] = SILVER_ACCEPTS) -> SilverRow | None:

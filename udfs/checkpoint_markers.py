@@ -72,10 +72,15 @@ def kafka_batches_with_markers(
     return DataStream(j_out)
 
 
-def discard(stream: DataStream, *, name: str, uid: str) -> None:
-    """Terminate a stream whose operator already did its work (e.g. a Python sink's commit reports)."""
+def discard(stream: DataStream, *, name: str, uid: str, parallelism: int | None = None) -> None:
+    """Terminate a stream whose operator already did its work (e.g. a Python sink's commit reports).
+
+    Pass ``parallelism`` when ``stream`` does not run at the job's default, to keep the sink chained.
+    """
     from pyflink.java_gateway import get_gateway
 
     jvm = get_gateway().jvm
     sink = jvm.org.apache.flink.streaming.api.functions.sink.v2.DiscardingSink()
-    stream._j_data_stream.sinkTo(sink).name(name).uid(uid)
+    j_sink = stream._j_data_stream.sinkTo(sink).name(name).uid(uid)
+    if parallelism is not None:
+        j_sink.setParallelism(parallelism)

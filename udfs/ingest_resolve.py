@@ -9,8 +9,8 @@ event_times_ms, late_watermarks_ms, bronze tuples)``; the operator writes ``late
   event-time guard, not the watermark, keeps it from overwriting newer values.
 - Re-deliveries are dropped by ``resolution.DedupCache`` (event ids remembered for ``dedup_ttl`` of
   processing time) and counted.
-- Each remaining event becomes the partial silver row it alone implies (``resolution.apply`` on an empty
-  order: the fields it sets, each with its event time and id). The silver writer folds a checkpoint's
+- Each remaining event becomes the partial silver row it alone implies (``resolution.event_tuple``:
+  the fields it sets, each with its event time and id). The silver writer folds a checkpoint's
   rows per order with the MERGE guard (``sinks.merge_reduce``) and MERGEs them with the same guard
   (``lakestream.silver``), so the table, not Flink state, holds each order's resolved state: per field
   the newest event time wins whatever the arrival order, across checkpoints, restarts and rescales.
@@ -31,10 +31,10 @@ from typing import Any
 
 from pyflink.datastream import ProcessFunction, RuntimeContext
 
-from lakestream.resolution import DedupCache, apply
+from lakestream.resolution import DedupCache, event_tuple
 from udfs.checkpoint_markers import DATA
 from udfs.delta_sink import DeltaSinkSpec, TableWriters
-from udfs.ingest_rows import event_of, from_epoch_millis, late_row, silver_row
+from udfs.ingest_rows import event_of, from_epoch_millis, late_row, unpack_events
 
 #: Names of the tables this operator writes, as keys of its ``tables`` argument.
 LATE, SILVER = "late", "silver"
@@ -75,7 +75,8 @@ class ResolveBatches(ProcessFunction):  # type: ignore[misc]
         if value[0] != DATA:
             yield from self.tables.on_marker(value)
             return
-        _, _, late_wms, rows = value[5]
+        _, _, late_wms, blob = value[5]
+        rows = unpack_events(blob)
         tables, seen = self.tables, self._seen
         now = datetime.now(UTC)
         late = changes = duplicates = 0
@@ -89,10 +90,10 @@ class ResolveBatches(ProcessFunction):  # type: ignore[misc]
             if seen.seen(event.event_id, now):
                 duplicates += 1
                 continue
-            order, changed = apply(None, event)
-            if changed and order is not None:
+            partial = event_tuple(event)
+            if partial is not None:
                 changes += 1
-                tables.add(SILVER, silver_row(order))
+                tables.add(SILVER, partial)
         self._late.inc(late)
         self._duplicates.inc(duplicates)
         self._changes.inc(changes)

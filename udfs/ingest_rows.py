@@ -8,6 +8,7 @@ bronze, review and late rows all start with it, and the resolving operator rebui
 
 from __future__ import annotations
 
+import pickle
 from datetime import datetime, timedelta, timezone
 from operator import attrgetter
 from typing import Any
@@ -87,3 +88,15 @@ def silver_row(state: OrderState) -> tuple[Any, ...]:
     """``SILVER_SCHEMA`` tuple of an order's resolved state."""
     row = state_to_row(state)
     return tuple(row[c] for c in SILVER_COLUMNS)
+
+
+def pack_events(rows: list[Any]) -> bytes:
+    """The C pickler on plain tuples: PyFlink's ``PICKLED_BYTE_ARRAY`` goes through cloudpickle, whose
+    pure-Python reducer hooks took about a tenth of the standardise worker's time in a profile."""
+    return pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def unpack_events(blob: bytes) -> list[Any]:
+    """Inverse of ``pack_events`` (the bytes only ever come from our own operator upstream)."""
+    rows: list[Any] = pickle.loads(blob)  # noqa: S301 - produced by pack_events in this job
+    return rows

@@ -35,23 +35,25 @@ from lakestream.quality import QualityRules, classify
 from lakestream.standard import EVENT_COLUMNS, Rejected
 from udfs.checkpoint_markers import DATA
 from udfs.delta_sink import DeltaSinkSpec, TableWriters
-from udfs.ingest_rows import bronze_row, epoch_millis, invalid_row, quarantine_row
+from udfs.ingest_rows import bronze_row, epoch_millis, invalid_row, pack_events, quarantine_row
 
 UTC = timezone.utc
 _EVENT_TIME = EVENT_COLUMNS.index("event_time")
 
 #: Main output, the batch row the gate reads and stamps: split (the source partition,
 #: ``topic#partition``: watermarks are tracked per partition), event times (epoch ms, arrival order),
-#: late watermarks (null here, one per event after the gate), the events' bronze tuples.
+#: late watermarks (null here, one per event after the gate), the events' bronze tuples as one
+#: ``pickle`` (``ingest_rows.pack_events``).
 BATCH_TYPE = Types.ROW_NAMED(
     ["split", "event_times", "late_watermarks", "events"],
     [
         Types.STRING(),
         Types.PRIMITIVE_ARRAY(Types.LONG()),
         Types.PRIMITIVE_ARRAY(Types.LONG()),
-        Types.PICKLED_BYTE_ARRAY(),
+        Types.PRIMITIVE_ARRAY(Types.BYTE()),
     ],
 )
+
 
 
 def decode_kafka_batch(batch: Any) -> Iterator[tuple[str, int, int, bytes | None]]:
@@ -129,7 +131,7 @@ class StandardiseFunction(ProcessFunction):  # type: ignore[misc]
                 times.append(epoch_millis(row[_EVENT_TIME]))
                 events.append(row)
         if events:
-            yield Row(f"{batch[0]}#{batch[1]}", times, None, events)
+            yield Row(f"{batch[0]}#{batch[1]}", times, None, pack_events(events))
 
     def _route(
         self, topic: str, partition: int, offset: int, payload: bytes | None, now: datetime

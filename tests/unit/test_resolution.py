@@ -19,6 +19,7 @@ from lakestream.resolution import (
     OrderState,
     apply,
     event_row,
+    event_tuple,
     fold,
     state_from_row,
     state_to_row,
@@ -461,3 +462,13 @@ def test_permutation_property_would_catch_an_order_dependent_rule() -> None:
 def test_quality_variant_events_are_ignored_in_properties_too() -> None:
     e = dataclasses.replace(ev("u", 1, status="created"), quality="SUSPICIOUS")
     assert run([e]) == {}
+
+
+@settings(max_examples=100, deadline=None)
+@given(events=event_specs(distinct_times=False))
+def test_event_tuple_is_event_row_in_column_order(events: list[StandardEvent]) -> None:
+    """The streaming job's per-event fast path builds exactly the MERGE source row of ``event_row``."""
+    for e in [*events, ev("behaviour", 0), ev("u", 0, order_id=None), ev("u", 0, quality="SUSPICIOUS")]:
+        row = event_row(e)
+        expected = None if row is None else tuple(row[c] for c in SILVER_SCHEMA.names)
+        assert event_tuple(e) == expected
