@@ -121,3 +121,17 @@ def distinct_count(root: Path, table: str, columns: list[str]) -> int:
     if len(columns) == 1:
         return len(pc.unique(t.column(columns[0])))
     return t.group_by(columns).aggregate([]).num_rows
+
+
+def first_ingest_epoch_s(root: Path, table: str = "bronze/order_events") -> float | None:
+    """Wall clock (epoch s) of the earliest ``ingest_time`` in a table: when the first batch was read.
+
+    The standardise operator stamps ``ingest_time`` as it processes each batch, so this is "first read"
+    as the data saw it, without instrumenting the job (deploy and Python worker start come before it).
+    """
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    t = DeltaTable(str(root / table)).to_pyarrow_table(columns=["ingest_time"])
+    first = pc.min(t.column("ingest_time")).as_py()
+    return None if first is None else float(first.timestamp())
