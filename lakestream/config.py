@@ -99,11 +99,11 @@ class FlinkConfig:
     restart_delay: timedelta = timedelta(seconds=1)
     python_execution_mode: Literal["process", "thread"] = "process"
     bundle_size: int = 10_000
-    bundle_time: timedelta = timedelta(seconds=1)
+    bundle_time: timedelta = timedelta(milliseconds=100)
     #: Kafka records per batch crossing into Python (one Kafka partition per batch), and the longest a
     #: batch waits to fill; every batch is also flushed before each checkpoint barrier.
     batch_size: int = 5_000
-    batch_time: timedelta = timedelta(milliseconds=200)
+    batch_time: timedelta = timedelta(milliseconds=100)
     jobmanager: str = ""  # "host:port" of a running cluster for `flink run`; empty = local MiniCluster
 
     def __post_init__(self) -> None:
