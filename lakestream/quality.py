@@ -21,11 +21,22 @@ Reasons name the field and list every finding (``"amount: -3.00 is negative; ord
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
+from operator import attrgetter
 
-from lakestream.standard import LOGISTICS, ORDER_CREATED, ORDER_DELETED, ORDER_UPDATED, PAYMENT, StandardEvent
+from lakestream.standard import (
+    EVENT_COLUMNS,
+    LOGISTICS,
+    ORDER_CREATED,
+    ORDER_DELETED,
+    ORDER_UPDATED,
+    PAYMENT,
+    Quality,
+    StandardEvent,
+)
 
 UTC = timezone.utc
 
@@ -72,6 +83,11 @@ def findings(
     event: StandardEvent, *, now: datetime, rules: QualityRules = DEFAULT_RULES
 ) -> tuple[list[str], list[str]]:
     """The INVALID and SUSPICIOUS findings for ``event`` (empty lists when it is VALID)."""
+    return _findings(event, now, rules)
+
+
+def _findings(event: StandardEvent, now: datetime, rules: QualityRules) -> tuple[list[str], list[str]]:
+    # Positional (no keyword call per record); ``classify`` calls this directly.
     invalid: list[str] = []
     suspicious: list[str] = []
     etype = event.event_type
@@ -90,7 +106,9 @@ def findings(
         elif amount > rules.amount_ceiling:
             suspicious.append(f"amount: {amount} is above the ceiling {rules.amount_ceiling}")
     ts = event.event_time
-    if ts.tzinfo is None or ts.utcoffset() is None:
+    tz = ts.tzinfo
+    # ``timezone.utc`` (what every adapter produces) always has an offset: skip the ``utcoffset`` call.
+    if tz is None or (tz is not UTC and ts.utcoffset() is None):
         invalid.append(f"event_time: {ts.isoformat()} has no time zone")
     else:
         if ts > now + rules.max_future:
@@ -105,6 +123,20 @@ def findings(
     return invalid, suspicious
 
 
+#: The event columns before ``quality`` (``StandardEvent``'s field order), to re-tag without
+#: ``dataclasses.replace``, which looks every field up by name and calls the constructor by keyword.
+_untagged = attrgetter(*EVENT_COLUMNS[: EVENT_COLUMNS.index("quality")])
+assert EVENT_COLUMNS[-2:] == ("quality", "quality_reason")
+
+
+def _tagged(event: StandardEvent, quality: Quality, reason: str | None) -> StandardEvent:
+    """``dataclasses.replace(event, quality=quality, quality_reason=reason)``, positionally."""
+    if type(event) is not StandardEvent:  # a subclass may have more fields: let ``replace`` handle it
+        return dataclasses.replace(event, quality=quality, quality_reason=reason)
+    make: Callable[..., StandardEvent] = StandardEvent  # mypy cannot count a star argument's items
+    return make(*_untagged(event), quality, reason)
+
+
 def classify(event: StandardEvent, *, now: datetime, rules: QualityRules = DEFAULT_RULES) -> StandardEvent:
     """Return ``event`` tagged VALID / SUSPICIOUS / INVALID with a reason naming every offending field.
 
@@ -113,11 +145,11 @@ def classify(event: StandardEvent, *, now: datetime, rules: QualityRules = DEFAU
     """
     if now.tzinfo is None:
         raise ValueError("now: must be timezone-aware; pass datetime.now(timezone.utc)")
-    invalid, suspicious = findings(event, now=now, rules=rules)
+    invalid, suspicious = _findings(event, now, rules)
     if invalid:
-        return dataclasses.replace(event, quality="INVALID", quality_reason="; ".join(invalid + suspicious))
+        return _tagged(event, "INVALID", "; ".join(invalid + suspicious))
     if suspicious:
-        return dataclasses.replace(event, quality="SUSPICIOUS", quality_reason="; ".join(suspicious))
+        return _tagged(event, "SUSPICIOUS", "; ".join(suspicious))
     if event.quality == "VALID" and event.quality_reason is None:
         return event
-    return dataclasses.replace(event, quality="VALID", quality_reason=None)
+    return _tagged(event, "VALID", None)
