@@ -28,7 +28,6 @@ from lakestream.adapters.parsing import (
     millis_to_utc,
     parse_timestamp,
     pick,
-    require,
     stable_id,
 )
 from lakestream.adapters.settings import AdapterSettings, zone
@@ -42,11 +41,14 @@ TIME_FIELDS = ("ts", "timestamp", "event_time")
 ID_FIELDS = ("eventId", "event_id")
 _MILLIS_TEXT = re.compile(r"\d{1,16}")
 _MAX_EVENT_NAME = 128
+_EVENT_LABEL = "/".join(EVENT_FIELDS)
+_TIME_LABEL = "/".join(TIME_FIELDS)
 
 
 def _event_time(obj: dict[str, Any], settings: AdapterSettings) -> datetime:
     name, value = pick(obj, TIME_FIELDS)
-    require(value, TIME_FIELDS)
+    if value is None:
+        raise FieldError(_TIME_LABEL, "missing (required)")
     if isinstance(value, str):
         text = value.strip()
         if _MILLIS_TEXT.fullmatch(text):
@@ -59,28 +61,29 @@ def _event_time(obj: dict[str, Any], settings: AdapterSettings) -> datetime:
 def _build(
     obj: dict[str, Any], raw: bytes, topic: str, partition: int, offset: int, settings: AdapterSettings
 ) -> StandardEvent:
-    event_name = require(get_text(obj, EVENT_FIELDS, settings), EVENT_FIELDS)
+    # Runs once per record: checks written out instead of ``require`` calls, positional constructor.
+    event_name = get_text(obj, EVENT_FIELDS, settings)
+    if event_name is None:
+        raise FieldError(_EVENT_LABEL, "missing (required)")
     if len(event_name) > _MAX_EVENT_NAME:
-        raise FieldError(
-            "/".join(EVENT_FIELDS), f"event name longer than {_MAX_EVENT_NAME}: {describe(event_name)}"
-        )
+        raise FieldError(_EVENT_LABEL, f"event name longer than {_MAX_EVENT_NAME}: {describe(event_name)}")
     own_id = get_id(obj, ID_FIELDS, settings)
     return StandardEvent(
-        event_id=f"{SOURCE}:{own_id}" if own_id is not None else stable_id(SOURCE, obj),
-        order_id=get_id(obj, ORDER_FIELDS, settings),
-        user_id=get_id(obj, USER_FIELDS, settings),
-        event_type=BEHAVIOUR_PREFIX + event_name,
-        event_time=_event_time(obj, settings),
-        amount=None,
-        status=None,
-        address=None,
-        logistics_state=None,
-        op=None,
-        source=SOURCE,
-        raw=raw,
-        topic=topic,
-        partition=partition,
-        offset=offset,
+        f"{SOURCE}:{own_id}" if own_id is not None else stable_id(SOURCE, obj),  # event_id
+        get_id(obj, ORDER_FIELDS, settings),  # order_id
+        get_id(obj, USER_FIELDS, settings),  # user_id
+        BEHAVIOUR_PREFIX + event_name,  # event_type
+        _event_time(obj, settings),  # event_time
+        None,  # amount
+        None,  # status
+        None,  # address
+        None,  # logistics_state
+        None,  # op
+        SOURCE,
+        raw,
+        topic,
+        partition,
+        offset,
     )
 
 

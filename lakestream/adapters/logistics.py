@@ -18,43 +18,50 @@ from lakestream.adapters.parsing import (
     get_code,
     get_id,
     make_adapter,
-    parse_timestamp,
-    require,
+    parse_timestamp_iso,
     stable_id,
 )
 from lakestream.adapters.settings import AdapterSettings, zone
 from lakestream.standard import LOGISTICS, StandardEvent
 
 SOURCE = "logistics"
+_TRACKING_NO = ("trackingNo",)
+_ORDER = ("order",)
+_STATE = ("state",)
 
 
 def _build(
     obj: dict[str, Any], raw: bytes, topic: str, partition: int, offset: int, settings: AdapterSettings
 ) -> StandardEvent:
-    tracking_no = require(get_id(obj, ("trackingNo",), settings), ("trackingNo",))
-    ts = require(obj.get("ts"), ("ts",))
+    # Runs once per record: checks written out instead of ``require`` calls, positional constructor.
+    tracking_no = get_id(obj, _TRACKING_NO, settings)
+    if tracking_no is None:
+        raise FieldError("trackingNo", "missing (required)")
+    ts = obj.get("ts")
+    if ts is None:
+        raise FieldError("ts", "missing (required)")
     if not isinstance(ts, str):
         raise FieldError("ts", f"expected an ISO-8601 timestamp string, got {describe(ts)}")
     naive = None if settings.logistics_naive_zone is None else zone(settings.logistics_naive_zone)
-    event_time = parse_timestamp("ts", ts, naive_zone=naive)
-    order_id = get_id(obj, ("order",), settings)
-    state = get_code(obj, ("state",), settings)
+    event_time, event_time_iso = parse_timestamp_iso("ts", ts, naive_zone=naive)
+    order_id = get_id(obj, _ORDER, settings)
+    state = get_code(obj, _STATE, settings)
     return StandardEvent(
-        event_id=stable_id(SOURCE, [tracking_no, order_id, state, event_time.isoformat()]),
-        order_id=order_id,
-        user_id=None,
-        event_type=LOGISTICS,
-        event_time=event_time,
-        amount=None,
-        status=None,
-        address=None,
-        logistics_state=state,
-        op=None,
-        source=SOURCE,
-        raw=raw,
-        topic=topic,
-        partition=partition,
-        offset=offset,
+        stable_id(SOURCE, [tracking_no, order_id, state, event_time_iso]),  # event_id
+        order_id,
+        None,  # user_id
+        LOGISTICS,  # event_type
+        event_time,
+        None,  # amount
+        None,  # status
+        None,  # address
+        state,  # logistics_state
+        None,  # op
+        SOURCE,
+        raw,
+        topic,
+        partition,
+        offset,
     )
 
 

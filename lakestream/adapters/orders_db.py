@@ -20,7 +20,6 @@ from lakestream.adapters.parsing import (
     get_yuan,
     make_adapter,
     parse_timestamp,
-    require,
     stable_id,
 )
 from lakestream.adapters.settings import AdapterSettings, zone
@@ -28,34 +27,44 @@ from lakestream.standard import OP_EVENT_TYPES, Op, StandardEvent
 
 SOURCE = "orders_db"
 _OPS: dict[str, Op] = {"c": "c", "u": "u", "d": "d"}
+_ORDER_ID = ("order_id",)
+_USER_ID = ("user_id",)
+_AMOUNT = ("amount",)
+_STATUS = ("status",)
+_ADDRESS = ("address",)
 
 
 def _build(
     obj: dict[str, Any], raw: bytes, topic: str, partition: int, offset: int, settings: AdapterSettings
 ) -> StandardEvent:
-    op_value = require(obj.get("op"), ("op",))
+    # Runs once per record: checks written out instead of ``require`` calls, positional constructor.
+    op_value = obj.get("op")
+    if op_value is None:
+        raise FieldError("op", "missing (required)")
     op = _OPS.get(op_value) if isinstance(op_value, str) else None
     if op is None:
         raise FieldError("op", f"expected one of 'c', 'u', 'd', got {describe(op_value)}")
-    updated_at = require(obj.get("updated_at"), ("updated_at",))
+    updated_at = obj.get("updated_at")
+    if updated_at is None:
+        raise FieldError("updated_at", "missing (required)")
     if not isinstance(updated_at, str):
         raise FieldError("updated_at", f"expected a local timestamp string, got {describe(updated_at)}")
     return StandardEvent(
-        event_id=stable_id(SOURCE, obj),
-        order_id=get_id(obj, ("order_id",), settings),
-        user_id=get_id(obj, ("user_id",), settings),
-        event_type=OP_EVENT_TYPES[op],
-        event_time=parse_timestamp("updated_at", updated_at, naive_zone=zone(settings.source_zone)),
-        amount=get_yuan(obj, ("amount",)),
-        status=get_code(obj, ("status",), settings),
-        address=get_text(obj, ("address",), settings),
-        logistics_state=None,
-        op=op,
-        source=SOURCE,
-        raw=raw,
-        topic=topic,
-        partition=partition,
-        offset=offset,
+        stable_id(SOURCE, obj),  # event_id
+        get_id(obj, _ORDER_ID, settings),  # order_id
+        get_id(obj, _USER_ID, settings),  # user_id
+        OP_EVENT_TYPES[op],  # event_type
+        parse_timestamp("updated_at", updated_at, naive_zone=zone(settings.source_zone)),  # event_time
+        get_yuan(obj, _AMOUNT),  # amount
+        get_code(obj, _STATUS, settings),  # status
+        get_text(obj, _ADDRESS, settings),  # address
+        None,  # logistics_state
+        op,
+        SOURCE,
+        raw,
+        topic,
+        partition,
+        offset,
     )
 
 

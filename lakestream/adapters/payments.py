@@ -11,39 +11,49 @@ from __future__ import annotations
 from typing import Any
 
 from lakestream.adapters.parsing import (
+    FieldError,
     get_fen_as_yuan,
     get_id,
     make_adapter,
     millis_to_utc,
-    require,
 )
 from lakestream.adapters.settings import AdapterSettings
 from lakestream.standard import PAYMENT, StandardEvent
 
 SOURCE = "payments"
 PAID_STATUS = "paid"
+_PAY_ID = ("payId",)
+_ORDER_ID = ("orderId",)
+_PAY_MONEY = ("payMoney",)
 
 
 def _build(
     obj: dict[str, Any], raw: bytes, topic: str, partition: int, offset: int, settings: AdapterSettings
 ) -> StandardEvent:
-    pay_id = require(get_id(obj, ("payId",), settings), ("payId",))
+    # Runs once per record: checks written out instead of ``require`` calls, positional constructor.
+    pay_id = get_id(obj, _PAY_ID, settings)
+    if pay_id is None:
+        raise FieldError("payId", "missing (required)")
+    paid_at = obj.get("paidAt")
+    order_id = get_id(obj, _ORDER_ID, settings)
+    if paid_at is None:
+        raise FieldError("paidAt", "missing (required)")
     return StandardEvent(
-        event_id=f"{SOURCE}:{pay_id}",
-        order_id=get_id(obj, ("orderId",), settings),
-        user_id=None,
-        event_type=PAYMENT,
-        event_time=millis_to_utc("paidAt", require(obj.get("paidAt"), ("paidAt",))),
-        amount=get_fen_as_yuan(obj, ("payMoney",)),
-        status=PAID_STATUS,
-        address=None,
-        logistics_state=None,
-        op=None,
-        source=SOURCE,
-        raw=raw,
-        topic=topic,
-        partition=partition,
-        offset=offset,
+        f"{SOURCE}:{pay_id}",  # event_id
+        order_id,
+        None,  # user_id
+        PAYMENT,  # event_type
+        millis_to_utc("paidAt", paid_at),  # event_time
+        get_fen_as_yuan(obj, _PAY_MONEY),  # amount
+        PAID_STATUS,  # status
+        None,  # address
+        None,  # logistics_state
+        None,  # op
+        SOURCE,
+        raw,
+        topic,
+        partition,
+        offset,
     )
 
 
