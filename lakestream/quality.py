@@ -36,6 +36,7 @@ from lakestream.standard import (
     PAYMENT,
     Quality,
     StandardEvent,
+    _new_event,
 )
 
 UTC = timezone.utc
@@ -133,7 +134,7 @@ def _tagged(event: StandardEvent, quality: Quality, reason: str | None) -> Stand
     """``dataclasses.replace(event, quality=quality, quality_reason=reason)``, positionally."""
     if type(event) is not StandardEvent:  # a subclass may have more fields: let ``replace`` handle it
         return dataclasses.replace(event, quality=quality, quality_reason=reason)
-    make: Callable[..., StandardEvent] = StandardEvent  # mypy cannot count a star argument's items
+    make: Callable[..., StandardEvent] = _new_event  # mypy cannot count a star argument's items
     return make(*_untagged(event), quality, reason)
 
 

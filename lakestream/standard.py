@@ -134,6 +134,68 @@ _set_quality = _setter("quality")
 _set_quality_reason = _setter("quality_reason")
 
 
+class _OpenEvent:
+    """``StandardEvent``'s slots without its frozen ``__setattr__``: what ``_new_event`` fills."""
+
+    __slots__ = tuple(StandardEvent.__dataclass_fields__)
+
+
+# ``__class__`` assignment needs the very same slots, in the same order.
+assert _OpenEvent.__slots__ == StandardEvent.__slots__
+_new_object = object.__new__
+_set_class = object.__setattr__
+
+
+def _new_event(
+    event_id: str,
+    order_id: str | None,
+    user_id: str | None,
+    event_type: str,
+    event_time: datetime,
+    amount: Decimal | None,
+    status: str | None,
+    address: str | None,
+    logistics_state: str | None,
+    op: Op | None,
+    source: str,
+    raw: bytes,
+    topic: str,
+    partition: int,
+    offset: int,
+    quality: Quality = "VALID",
+    quality_reason: str | None = None,
+) -> StandardEvent:
+    """``StandardEvent(...)`` (same parameters, an equal event) for the adapters' and ``classify``'s hot path.
+
+    ``StandardEvent.__init__`` has to store every field past the frozen ``__setattr__``, one descriptor
+    call each. Here the slots of an ``_OpenEvent`` take plain attribute stores, the interpreter's cheapest,
+    and one ``__class__`` assignment (allowed between classes with identical slots, on every CPython since
+    3.5) makes the object a ``StandardEvent`` before anyone sees it: 2.5x cheaper again, and the result is
+    as frozen as any other event. Package-internal: everything else should call ``StandardEvent``.
+    """
+    e: Any = _new_object(_OpenEvent)
+    e.event_id = event_id
+    e.order_id = order_id
+    e.user_id = user_id
+    e.event_type = event_type
+    e.event_time = event_time
+    e.amount = amount
+    e.status = status
+    e.address = address
+    e.logistics_state = logistics_state
+    e.op = op
+    e.source = source
+    e.raw = raw
+    e.topic = topic
+    e.partition = partition
+    e.offset = offset
+    e.quality = quality
+    e.quality_reason = quality_reason
+    _set_class(e, "__class__", StandardEvent)
+    event: StandardEvent = e
+    return event
+
+
 @dataclass(frozen=True, slots=True)
 class Rejected:
     """A record that cannot (stage ``adapter``) or must not (stage ``quality``) become a usable event.

@@ -31,7 +31,7 @@ from lakestream.adapters.parsing import (
     stable_id,
 )
 from lakestream.adapters.settings import AdapterSettings, zone
-from lakestream.standard import BEHAVIOUR_PREFIX, StandardEvent
+from lakestream.standard import BEHAVIOUR_PREFIX, StandardEvent, _new_event
 
 SOURCE = "behaviour"
 USER_FIELDS = ("uid", "user_id", "userId")
@@ -61,14 +61,15 @@ def _event_time(obj: dict[str, Any], settings: AdapterSettings) -> datetime:
 def _build(
     obj: dict[str, Any], raw: bytes, topic: str, partition: int, offset: int, settings: AdapterSettings
 ) -> StandardEvent:
-    # Runs once per record: checks written out instead of ``require`` calls, positional constructor.
+    # Runs once per record: checks written out instead of ``require`` calls, ``_new_event`` (the
+    # hot-path ``StandardEvent`` constructor) called positionally.
     event_name = get_text(obj, EVENT_FIELDS, settings)
     if event_name is None:
         raise FieldError(_EVENT_LABEL, "missing (required)")
     if len(event_name) > _MAX_EVENT_NAME:
         raise FieldError(_EVENT_LABEL, f"event name longer than {_MAX_EVENT_NAME}: {describe(event_name)}")
     own_id = get_id(obj, ID_FIELDS, settings)
-    return StandardEvent(
+    return _new_event(
         f"{SOURCE}:{own_id}" if own_id is not None else stable_id(SOURCE, obj),  # event_id
         get_id(obj, ORDER_FIELDS, settings),  # order_id
         get_id(obj, USER_FIELDS, settings),  # user_id

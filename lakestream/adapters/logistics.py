@@ -22,7 +22,7 @@ from lakestream.adapters.parsing import (
     stable_id,
 )
 from lakestream.adapters.settings import AdapterSettings, zone
-from lakestream.standard import LOGISTICS, StandardEvent
+from lakestream.standard import LOGISTICS, StandardEvent, _new_event
 
 SOURCE = "logistics"
 _TRACKING_NO = ("trackingNo",)
@@ -33,7 +33,8 @@ _STATE = ("state",)
 def _build(
     obj: dict[str, Any], raw: bytes, topic: str, partition: int, offset: int, settings: AdapterSettings
 ) -> StandardEvent:
-    # Runs once per record: checks written out instead of ``require`` calls, positional constructor.
+    # Runs once per record: checks written out instead of ``require`` calls, ``_new_event`` (the
+    # hot-path ``StandardEvent`` constructor) called positionally.
     tracking_no = get_id(obj, _TRACKING_NO, settings)
     if tracking_no is None:
         raise FieldError("trackingNo", "missing (required)")
@@ -46,7 +47,7 @@ def _build(
     event_time, event_time_iso = parse_timestamp_iso("ts", ts, naive_zone=naive)
     order_id = get_id(obj, _ORDER, settings)
     state = get_code(obj, _STATE, settings)
-    return StandardEvent(
+    return _new_event(
         stable_id(SOURCE, [tracking_no, order_id, state, event_time_iso]),  # event_id
         order_id,
         None,  # user_id

@@ -23,7 +23,7 @@ from lakestream.adapters.parsing import (
     stable_id,
 )
 from lakestream.adapters.settings import AdapterSettings, zone
-from lakestream.standard import OP_EVENT_TYPES, Op, StandardEvent
+from lakestream.standard import OP_EVENT_TYPES, Op, StandardEvent, _new_event
 
 SOURCE = "orders_db"
 _OPS: dict[str, Op] = {"c": "c", "u": "u", "d": "d"}
@@ -37,7 +37,8 @@ _ADDRESS = ("address",)
 def _build(
     obj: dict[str, Any], raw: bytes, topic: str, partition: int, offset: int, settings: AdapterSettings
 ) -> StandardEvent:
-    # Runs once per record: checks written out instead of ``require`` calls, positional constructor.
+    # Runs once per record: checks written out instead of ``require`` calls, ``_new_event`` (the
+    # hot-path ``StandardEvent`` constructor) called positionally.
     op_value = obj.get("op")
     if op_value is None:
         raise FieldError("op", "missing (required)")
@@ -49,7 +50,7 @@ def _build(
         raise FieldError("updated_at", "missing (required)")
     if not isinstance(updated_at, str):
         raise FieldError("updated_at", f"expected a local timestamp string, got {describe(updated_at)}")
-    return StandardEvent(
+    return _new_event(
         stable_id(SOURCE, obj),  # event_id
         get_id(obj, _ORDER_ID, settings),  # order_id
         get_id(obj, _USER_ID, settings),  # user_id

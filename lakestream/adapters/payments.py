@@ -18,7 +18,7 @@ from lakestream.adapters.parsing import (
     millis_to_utc,
 )
 from lakestream.adapters.settings import AdapterSettings
-from lakestream.standard import PAYMENT, StandardEvent
+from lakestream.standard import PAYMENT, StandardEvent, _new_event
 
 SOURCE = "payments"
 PAID_STATUS = "paid"
@@ -30,7 +30,8 @@ _PAY_MONEY = ("payMoney",)
 def _build(
     obj: dict[str, Any], raw: bytes, topic: str, partition: int, offset: int, settings: AdapterSettings
 ) -> StandardEvent:
-    # Runs once per record: checks written out instead of ``require`` calls, positional constructor.
+    # Runs once per record: checks written out instead of ``require`` calls, ``_new_event`` (the
+    # hot-path ``StandardEvent`` constructor) called positionally.
     pay_id = get_id(obj, _PAY_ID, settings)
     if pay_id is None:
         raise FieldError("payId", "missing (required)")
@@ -38,7 +39,7 @@ def _build(
     order_id = get_id(obj, _ORDER_ID, settings)
     if paid_at is None:
         raise FieldError("paidAt", "missing (required)")
-    return StandardEvent(
+    return _new_event(
         f"{SOURCE}:{pay_id}",  # event_id
         order_id,
         None,  # user_id

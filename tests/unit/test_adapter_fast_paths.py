@@ -8,9 +8,11 @@ object, ``fold``), or the same ``FieldError`` reason.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import inspect
 import json
+import pickle
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone, tzinfo
 from decimal import Decimal
@@ -42,7 +44,7 @@ from lakestream.adapters.parsing import (
 )
 from lakestream.adapters.settings import DEFAULT_SETTINGS
 from lakestream.quality import QualityRules, classify
-from lakestream.standard import EVENT_COLUMNS, StandardEvent
+from lakestream.standard import EVENT_COLUMNS, StandardEvent, _new_event
 
 UTC = timezone.utc
 ZONES: list[tzinfo | None] = [
@@ -370,6 +372,19 @@ def test_standard_event_init_stores_every_argument_in_its_field() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         positional.event_id = "x"  # type: ignore[misc]
     assert dataclasses.replace(positional, quality="INVALID").quality == "INVALID"
+
+
+def test_new_event_builds_what_the_constructor_builds() -> None:
+    assert inspect.signature(_new_event).parameters == inspect.signature(StandardEvent).parameters
+    values: list[Any] = [f"value-{i}" for i in range(len(EVENT_COLUMNS))]
+    for args in (values, values[:15]):
+        fast, slow = _new_event(*args), StandardEvent(*args)
+        assert type(fast) is StandardEvent
+        assert [getattr(fast, n) for n in EVENT_COLUMNS] == [getattr(slow, n) for n in EVENT_COLUMNS]
+        assert fast == slow and hash(fast) == hash(slow) and repr(fast) == repr(slow)
+        assert pickle.loads(pickle.dumps(fast)) == slow and copy.copy(fast) == slow
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.order_id = "x"  # type: ignore[misc]
 
 
 @pytest.mark.parametrize(
