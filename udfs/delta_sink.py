@@ -111,6 +111,11 @@ class TableWriters:
         if len(rows) >= self.specs[table].batch_rows:
             self._flush(table)
 
+    def add_batch(self, table: str, batch: pa.RecordBatch | pa.Table) -> None:
+        """Hand an Arrow batch of ``table`` (its schema) to the writer, after any buffered rows."""
+        self._flush(table)
+        self.writers[table].write(batch)
+
     def _flush(self, table: str) -> None:
         rows = self.rows[table]
         if rows:

@@ -1,15 +1,16 @@
 """Flink wrapper of the gated side of ingest: late rows, de-duplication, per-order resolution into silver.
 
 Input: a ``CheckpointEpochOperator`` stream whose DATA payloads are the gate's batch rows ``(split,
-event_times_ms, late_watermarks_ms, bronze tuples)``; the operator writes ``late/order_events`` and
-``silver/orders`` itself (``udfs.delta_sink.TableWriters``), one crossing per batch.
+event_times_ms, late_watermarks_ms, bronze rows as Arrow IPC)``; the operator writes
+``late/order_events`` and ``silver/orders`` itself (``udfs.delta_sink.TableWriters``), one crossing per
+batch, column-wise (turning events back into Python objects cost about as much as parsing them).
 
 - An event the gate stamped late goes to the late table with its watermark (every late arrival,
   re-deliveries included, like bronze) and is counted; it is then still applied below: the per-field
   event-time guard, not the watermark, keeps it from overwriting newer values.
 - Re-deliveries are dropped by ``resolution.DedupCache`` (event ids remembered for ``dedup_ttl`` of
   processing time) and counted.
-- Each remaining event becomes the partial silver row it alone implies (``resolution.event_tuple``:
+- Each remaining event becomes the partial silver row it alone implies (``resolution.silver_source``:
   the fields it sets, each with its event time and id). The silver writer folds a checkpoint's
   rows per order with the MERGE guard (``sinks.merge_reduce``) and MERGEs them with the same guard
   (``lakestream.silver``), so the table, not Flink state, holds each order's resolved state: per field
@@ -29,12 +30,13 @@ from collections.abc import Iterator, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import pyarrow as pa
 from pyflink.datastream import ProcessFunction, RuntimeContext
 
-from lakestream.resolution import DedupCache, event_tuple
+from lakestream.resolution import DedupCache, silver_source
 from udfs.checkpoint_markers import DATA
 from udfs.delta_sink import DeltaSinkSpec, TableWriters
-from udfs.ingest_rows import event_of, from_epoch_millis, late_row, unpack_events
+from udfs.ingest_rows import from_epoch_millis, unpack_events
 
 #: Names of the tables this operator writes, as keys of its ``tables`` argument.
 LATE, SILVER = "late", "silver"
@@ -56,6 +58,7 @@ class ResolveBatches(ProcessFunction):  # type: ignore[misc]
             raise ValueError("tables: silver must be written in merge mode (the guard resolves orders)")
         self.dedup_ttl = dedup_ttl
         self.tables = TableWriters(tables)
+        self._watermark_type = tables[LATE].schema.field("watermark").type
 
     def open(self, runtime_context: RuntimeContext) -> None:
         """Start an empty de-dup cache and register the counters and writer gauges."""
@@ -76,24 +79,30 @@ class ResolveBatches(ProcessFunction):  # type: ignore[misc]
             yield from self.tables.on_marker(value)
             return
         _, _, late_wms, blob = value[5]
-        rows = unpack_events(blob)
+        batch = unpack_events(blob)
         tables, seen = self.tables, self._seen
+        late = [i for i, wm in enumerate(late_wms) if wm != NOT_LATE]
+        if late:
+            watermarks = pa.array([from_epoch_millis(late_wms[i]) for i in late], self._watermark_type)
+            rows = pa.Table.from_batches([batch.take(pa.array(late))]).append_column("watermark", watermarks)
+            tables.add_batch(LATE, rows)
+        # De-dup needs the ids as Python strings (a dict lookup each); everything else stays columnar.
         now = datetime.now(UTC)
-        late = changes = duplicates = 0
-        for row, late_wm in zip(rows, late_wms, strict=True):
-            if late_wm != NOT_LATE:
-                late += 1
-                tables.add(LATE, late_row(row, from_epoch_millis(late_wm)))
-            event = event_of(row)
-            if event.order_id is None:
-                continue
-            if seen.seen(event.event_id, now):
+        keep: list[bool] = []
+        duplicates = 0
+        for event_id, order_id in zip(
+            batch.column("event_id").to_pylist(), batch.column("order_id").to_pylist(), strict=True
+        ):
+            if order_id is None:
+                keep.append(False)
+            elif seen.seen(event_id, now):
                 duplicates += 1
-                continue
-            partial = event_tuple(event)
-            if partial is not None:
-                changes += 1
-                tables.add(SILVER, partial)
-        self._late.inc(late)
+                keep.append(False)
+            else:
+                keep.append(True)
+        silver = silver_source(batch.filter(pa.array(keep)))
+        if silver.num_rows:
+            tables.add_batch(SILVER, silver)
+        self._late.inc(len(late))
         self._duplicates.inc(duplicates)
-        self._changes.inc(changes)
+        self._changes.inc(silver.num_rows)

@@ -8,8 +8,8 @@ record crossing between the JVM and a Python worker pays a fixed cost that bound
 Routing (one pass, no second Python operator per record):
 
 - main output, one row per input batch with VALID events: ``(split, event_times_ms, None, bronze
-  tuples)`` (``BATCH_TYPE``), typed so the Java ``EventTimeGate`` can read the event times and fill in the
-  late watermarks;
+  rows as Arrow IPC)`` (``BATCH_TYPE``), typed so the Java ``EventTimeGate`` can read the event times
+  and fill in the late watermarks;
 - ``bronze``: every standardised event, whatever its quality;
 - ``review``: SUSPICIOUS events (kept out of silver and out of the watermark: a clock 3 days ahead
   must not make the whole stream late);
@@ -27,6 +27,7 @@ from collections.abc import Iterator, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
+import pyarrow as pa
 from pyflink.common import Row, Types
 from pyflink.datastream import ProcessFunction, RuntimeContext
 
@@ -34,16 +35,17 @@ from lakestream.adapters import AdapterSettings, get_adapter
 from lakestream.quality import QualityRules, classify
 from lakestream.standard import EVENT_COLUMNS, Rejected
 from udfs.checkpoint_markers import DATA
-from udfs.delta_sink import DeltaSinkSpec, TableWriters
+from udfs.delta_sink import DeltaSinkSpec, TableWriters, rows_to_batch
 from udfs.ingest_rows import bronze_row, epoch_millis, invalid_row, pack_events, quarantine_row
 
 UTC = timezone.utc
 _EVENT_TIME = EVENT_COLUMNS.index("event_time")
+_QUALITY = EVENT_COLUMNS.index("quality")
 
 #: Main output, the batch row the gate reads and stamps: split (the source partition,
 #: ``topic#partition``: watermarks are tracked per partition), event times (epoch ms, arrival order),
-#: late watermarks (null here, one per event after the gate), the events' bronze tuples as one
-#: ``pickle`` (``ingest_rows.pack_events``).
+#: late watermarks (null here, one per event after the gate), the events' bronze rows as one
+#: Arrow IPC batch (``ingest_rows.pack_events``).
 BATCH_TYPE = Types.ROW_NAMED(
     ["split", "event_times", "late_watermarks", "events"],
     [
@@ -97,6 +99,7 @@ class StandardiseFunction(ProcessFunction):  # type: ignore[misc]
         self.adapter_settings = adapter_settings
         self.rules = rules
         self.tables = TableWriters(tables)
+        self._bronze_schema = tables[BRONZE].schema
 
     def open(self, runtime_context: RuntimeContext) -> None:
         """Resolve adapters once and register the quality counters."""
@@ -123,20 +126,31 @@ class StandardiseFunction(ProcessFunction):  # type: ignore[misc]
         batch = value[5]
         self._batches.inc()
         now = datetime.now(UTC)
+        rows: list[Any] = []
+        valid: list[bool] = []
         times: list[int] = []
-        events: list[Any] = []
         for topic, partition, offset, payload in decode_kafka_batch(batch):
             row = self._route(topic, partition, offset, payload, now)
-            if row is not None:
+            if row is None:
+                continue
+            rows.append(row)
+            is_valid = row[_QUALITY] == "VALID"
+            valid.append(is_valid)
+            if is_valid:
                 times.append(epoch_millis(row[_EVENT_TIME]))
-                events.append(row)
-        if events:
+        if not rows:
+            return
+        # One Arrow batch per Kafka batch: bronze takes it whole, the gate gets its VALID rows as IPC.
+        bronze = rows_to_batch(rows, self._bronze_schema)
+        self.tables.add_batch(BRONZE, bronze)
+        if times:
+            events = bronze if len(times) == len(rows) else bronze.filter(pa.array(valid))
             yield Row(f"{batch[0]}#{batch[1]}", times, None, pack_events(events))
 
     def _route(
         self, topic: str, partition: int, offset: int, payload: bytes | None, now: datetime
     ) -> Any:
-        """One record -> its tables; returns the bronze tuple of a VALID event (for the gate), else None."""
+        """One record -> review/quarantine; returns its bronze tuple (None for a reject)."""
         tables = self.tables
         try:
             adapter = self._adapters.get(topic)
@@ -172,11 +186,8 @@ class StandardiseFunction(ProcessFunction):  # type: ignore[misc]
         event = result
         self._counters[event.quality].inc()
         row = bronze_row(event, now)
-        tables.add(BRONZE, row)
-        if event.quality == "VALID":
-            return row
         if event.quality == "SUSPICIOUS":
             tables.add(REVIEW, row)
-        else:
+        elif event.quality != "VALID":
             tables.add(QUARANTINE, invalid_row(event, now))
-        return None
+        return row
