@@ -57,7 +57,6 @@ BATCH_TYPE = Types.ROW_NAMED(
 )
 
 
-
 def decode_kafka_batch(batch: Any) -> Iterator[tuple[str, int, int, bytes | None]]:
     """``(topic, partition, offset, value bytes | None)`` of each record of a Kafka batch row.
 
