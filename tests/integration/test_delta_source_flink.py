@@ -142,8 +142,12 @@ FAILING_JOB = textwrap.dedent(
     class FailOnce:
         # Raises once (the marker file survives the restart), after `after` rows and once the sink has
         # committed data, so the restart restores a checkpoint taken mid-stream, not the empty start.
+        # Until that first commit it paces the stream (each Python operator has its own worker process,
+        # and the sink's may start seconds after this one): otherwise every row could pass before any
+        # commit and the failure would never fire.
         def __init__(self, marker, after, out):
-            self.marker, self.after, self.out, self.seen, self.checked = marker, after, out, 0, 0.0
+            self.marker, self.after, self.out = marker, after, out
+            self.seen, self.checked, self.ok = 0, 0.0, False
         def committed(self):
             from deltalake import DeltaTable
             try:
@@ -152,17 +156,22 @@ FAILING_JOB = textwrap.dedent(
                 return False
         def __call__(self, row):
             self.seen += 1
-            due = self.seen >= self.after and time.time() - self.checked > 0.05
-            if due and not os.path.exists(self.marker):
+            if os.path.exists(self.marker):
+                return row
+            if not self.ok and time.time() - self.checked > 0.05:
                 self.checked = time.time()
-                if self.committed():
-                    with open(self.marker, "w") as fh:
-                        fh.write(str(time.time()))
-                    raise RuntimeError("injected failure after %d rows" % self.seen)
+                self.ok = self.committed()
+            if not self.ok:
+                time.sleep(0.05)
+            elif self.seen >= self.after:
+                with open(self.marker, "w") as fh:
+                    fh.write(str(time.time()))
+                raise RuntimeError("injected failure after %d rows" % self.seen)
             return row
 
+    # Bundles of one element: a barrier never waits behind a paced backlog in the Python worker.
     cfg = FlinkConfig(parallelism=1, checkpoint_interval=timedelta(milliseconds=300), checkpoint_dir=ckpt,
-                      restart_attempts=2, restart_delay=timedelta(seconds=1))
+                      restart_attempts=2, restart_delay=timedelta(seconds=1), bundle_size=1)
     env = build_env(cfg)
     opts = DeltaSourceOptions(mode="cdf", starting_version=0, max_files_per_trigger=1,
                               poll_interval=timedelta(milliseconds=250))
