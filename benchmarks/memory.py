@@ -2,7 +2,7 @@
 
 The question production asks: with order ids that never repeat (the key count only grows) and state
 TTLs doing their job, does the pipeline's RSS (client + JVM + Beam Python workers) level off, or does
-it keep climbing? Short TTLs (``event_time.dedup_ttl`` / ``order_state_ttl`` through the config's
+it keep climbing? Short TTLs (every ``event_time.*_ttl`` key, today ``dedup_ttl``, through the config's
 environment overrides) make expiry happen inside a run of minutes instead of hours.
 
 Input: the seeded messy generator (all four sources, duplicates, late and malformed events) in chunks of

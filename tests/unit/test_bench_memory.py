@@ -94,7 +94,7 @@ def test_report_has_a_memory_section_only_when_measured() -> None:
         "rate_target": 2000,
         "achieved_send_rate": 1998,
         "distinct_order_keys": 185_000,
-        "ttl": {"dedup_ttl": "2m", "order_state_ttl": "2m"},
+        "ttl": {"dedup_ttl": "2m"},
         "sample_every_s": 5.0,
         "sent": 1_200_000,
         "ingested_after_drain": 1_200_000,
