@@ -28,6 +28,7 @@ from typing import Any
 
 from benchmarks import report, requirements
 from benchmarks.unbounded import child_env as _child_env
+from benchmarks.unbounded import ingest_run_cmd
 from benchmarks.workload import Workload, distinct_count, first_ingest_epoch_s, prepare, table_rows
 from lakestream import paths
 
@@ -84,28 +85,14 @@ def run_ingest(
 ) -> dict[str, Any]:
     """One bounded lakestream run in its own process (its own JVM), RSS sampled, tables verified."""
     run_dir = _fresh_dir(work, f"ingest-{label}")
-    result_file = run_dir / "result.json"
-    cmd = [
-        sys.executable,
-        "-m",
-        "benchmarks.ingest_run",
-        "--bootstrap",
+    cmd = ingest_run_cmd(
         bootstrap,
-        "--lakehouse",
-        str(run_dir / "lakehouse"),
-        "--checkpoint-dir",
-        str(run_dir / "checkpoints"),
-        "--group-id",
-        f"bench-{label}-{time.time_ns()}",
-        "--result",
-        str(result_file),
-    ]
-    if mode == "thread":
-        cmd.append("--pythonpath-fix")
-    if batch_rows:
-        cmd += ["--batch-rows", str(batch_rows)]
-    for s in sets:
-        cmd += ["--set", s]
+        run_dir,
+        group_id=f"bench-{label}-{time.time_ns()}",
+        mode=mode,
+        sets=sets,
+        batch_rows=batch_rows,
+    )
     env = _child_env(LAKESTREAM__FLINK__PYTHON_EXECUTION_MODE=mode, **env_over)
     out = {"label": label, "mode": mode, **_measured_run(cmd, run_dir, env=env, cwd=tree, timeout=timeout)}
     if out["rc"] != 0 or "execute_s" not in out:

@@ -50,6 +50,39 @@ class UnboundedIngest:
         return True
 
 
+def ingest_run_cmd(
+    bootstrap: str,
+    run_dir: Path,
+    *,
+    group_id: str,
+    mode: str,
+    sets: list[str],
+    unbounded: bool = False,
+    batch_rows: int | None = None,
+) -> list[str]:
+    """The ``benchmarks.ingest_run`` child command: tables, checkpoints and result file under ``run_dir``."""
+    cmd = [sys.executable, "-m", "benchmarks.ingest_run", "--bootstrap", bootstrap]
+    if unbounded:
+        cmd.append("--unbounded")
+    cmd += [
+        "--lakehouse",
+        str(run_dir / "lakehouse"),
+        "--checkpoint-dir",
+        str(run_dir / "checkpoints"),
+        "--group-id",
+        group_id,
+        "--result",
+        str(run_dir / "result.json"),
+    ]
+    if mode == "thread":
+        cmd.append("--pythonpath-fix")
+    if batch_rows:
+        cmd += ["--batch-rows", str(batch_rows)]
+    for s in sets:
+        cmd += ["--set", s]
+    return cmd
+
+
 def stop_group(proc: subprocess.Popen[bytes], grace: float = 20) -> None:
     """SIGTERM the group, SIGKILL whatever is left after ``grace`` s (the JVM can outlive the client)."""
     try:
@@ -98,26 +131,9 @@ def unbounded_ingest(
         create_topic(bootstrap, t, partitions=2)
     env = {f"LAKESTREAM__KAFKA__TOPICS__{s.upper()}": t for s, t in topics.items()}
     env.update(env_over)
-    cmd = [
-        sys.executable,
-        "-m",
-        "benchmarks.ingest_run",
-        "--bootstrap",
-        bootstrap,
-        "--unbounded",
-        "--lakehouse",
-        str(run_dir / "lakehouse"),
-        "--checkpoint-dir",
-        str(run_dir / "checkpoints"),
-        "--group-id",
-        f"bench-{label}-{suffix}",
-        "--result",
-        str(run_dir / "result.json"),
-    ]
-    if mode == "thread":
-        cmd.append("--pythonpath-fix")
-    for s in sets:
-        cmd += ["--set", s]
+    cmd = ingest_run_cmd(
+        bootstrap, run_dir, group_id=f"bench-{label}-{suffix}", mode=mode, sets=sets, unbounded=True
+    )
     with open(run_dir / "log.txt", "wb") as log:
         proc = subprocess.Popen(
             cmd,
