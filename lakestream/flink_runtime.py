@@ -264,10 +264,13 @@ class StandaloneCluster:
                 raise FlinkRuntimeError(f"{script} start failed: {result.stderr or result.stdout}")
         deadline = time.monotonic() + timeout
         want = self.taskmanagers
+        # A TaskManager is counted on registration, its slots only once it has sent its first slot
+        # report: a job submitted in between waits for slots, so "up" means both.
+        want_slots = self.taskmanagers * self.slots_per_taskmanager
         while time.monotonic() < deadline:
             try:
                 overview = self.rest("/overview")
-                if overview.get("taskmanagers", 0) >= want:
+                if overview.get("taskmanagers", 0) >= want and overview.get("slots-total", 0) >= want_slots:
                     return self
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
