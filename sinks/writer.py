@@ -575,13 +575,20 @@ class TwoPhaseDeltaWriter:
         assert self.merge_spec is not None
         ordered = sorted(manifests, key=lambda m: (m.checkpoint_id, m.subtask))
         parts = [pq.read_table(self._root / f.path, schema=self.schema) for m in ordered for f in m.files]
-        source = self._reduce(pa.concat_tables(parts))
+        # Each staged file is already reduced; only several of them (a commit that catches up on
+        # earlier checkpoints) can hold a key twice.
+        source = parts[0] if len(parts) == 1 else self._reduce(pa.concat_tables(parts))
         spec = self.merge_spec
         merger = dt.merge(
             source,
             spec.merge_predicate("s", "t"),
             source_alias="s",
             target_alias="t",
+            # The source is in memory anyway. streamed_exec=True (delta-rs' default) reads the source
+            # once and so cannot derive the "key BETWEEN min AND max" file filter from it: every MERGE
+            # scanned the whole table. With it, files whose key range misses the batch are skipped
+            # (measured: new keys into a 1.2M-row table 1.4 s -> 0.35 s, flat instead of growing).
+            streamed_exec=False,
             commit_properties=props,
         )
         if self.mode == "upsert":
