@@ -204,6 +204,54 @@ def test_reduce_guarded_equals_the_row_by_row_fold(rows: list[dict[str, Any]]) -
     assert reduced.num_rows == len(expected)
 
 
+# Two key columns (the sort path), a timestamp guard and a string "greatest" column (the rank path).
+WIDE = pa.schema(
+    [
+        ("k1", pa.string()),
+        ("k2", pa.int64()),
+        ("a", pa.string()),
+        ("a_t", pa.timestamp("us", tz="UTC")),
+        ("g", pa.string()),
+        ("u", pa.int64()),
+    ]
+)
+WIDE_SPEC = MergeSpec(keys=("k1", "k2"), guarded={"a": "a_t"}, greatest=("g",))
+some_time = st.none() | st.sampled_from(
+    [dt.datetime(2024, 6, 1, h, tzinfo=dt.timezone.utc) for h in (0, 1, 2)]
+)
+wide_rows = st.lists(
+    st.fixed_dictionaries(
+        {
+            "k1": st.sampled_from(["x", "y"]),
+            "k2": st.integers(0, 1),
+            "a": st.none() | st.sampled_from(["p", "q"]),
+            "a_t": some_time,
+            "g": st.none() | st.sampled_from(["", "m", "n"]),
+            "u": maybe_int,
+        }
+    ),
+    min_size=1,
+    max_size=16,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(wide_rows, st.integers(1, 4))
+def test_reduce_guarded_with_two_keys_and_timestamps_equals_the_fold(
+    rows: list[dict[str, Any]], chunk: int
+) -> None:
+    table = pa.Table.from_pylist(rows, schema=WIDE)
+    chunked = pa.concat_tables([table.slice(i, chunk) for i in range(0, table.num_rows, chunk)])
+    reduced = reduce_guarded(chunked, WIDE_SPEC)
+    expected = fold(rows, WIDE_SPEC, WIDE)
+    assert {(r["k1"], r["k2"]): r for r in reduced.to_pylist()} == expected
+    assert reduced.num_rows == len(expected)
+    last_arrival = {}
+    for i, r in enumerate(rows):
+        last_arrival[(r["k1"], r["k2"])] = i
+    assert [(r["k1"], r["k2"]) for r in reduced.to_pylist()] == sorted(last_arrival, key=last_arrival.get)
+
+
 @settings(max_examples=100, deadline=None)
 @given(small_rows)
 def test_reduce_latest_keeps_the_last_row_per_key(rows: list[dict[str, Any]]) -> None:
