@@ -89,7 +89,9 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import unquote, urlparse
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake import Schema as DeltaSchema
@@ -388,17 +390,27 @@ class TwoPhaseDeltaWriter:
     def _partition_groups(self, table: pa.Table) -> list[tuple[dict[str, str | None], str, pa.Table]]:
         if not self.partition_by:
             return [({}, "", table)]
-        idx = pa.array(range(table.num_rows), pa.int64())
-        grouped = (
-            table.select(self.partition_by)
-            .append_column("__idx", idx)
-            .group_by(self.partition_by, use_threads=False)
-            .aggregate([("__idx", "list")])
-        )
+        # Sort by the partition columns once and cut the runs: no per-row Python objects (the list
+        # aggregation this replaces turned every row index into a Python int on the barrier path).
+        parts = table.select(self.partition_by)
+        order = pc.sort_indices(parts, sort_keys=[(c, "ascending") for c in self.partition_by])
+        ordered = table.take(order)
+        keys = parts.take(order)
+        n = ordered.num_rows
+        change = np.zeros(n, dtype=bool)
+        change[0] = True
+        for col in keys.columns:
+            prev, cur = col.slice(0, n - 1), col.slice(1)
+            same = pc.or_(
+                pc.fill_null(pc.equal(cur, prev), False), pc.and_(pc.is_null(cur), pc.is_null(prev))
+            )
+            change[1:] |= ~np.asarray(same.to_numpy(zero_copy_only=False), dtype=bool)
+        starts = np.flatnonzero(change).tolist()
         out = []
-        for row in grouped.to_pylist():
-            values = {c: partition_value(row[c]) for c in self.partition_by}
-            out.append((values, partition_dir(self.partition_by, values), table.take(row["__idx_list"])))
+        for start, end in zip(starts, [*starts[1:], n], strict=True):
+            first = keys.slice(start, 1).to_pylist()[0]
+            values = {c: partition_value(first[c]) for c in self.partition_by}
+            out.append((values, partition_dir(self.partition_by, values), ordered.slice(start, end - start)))
         return out
 
     def _write_data_files(
