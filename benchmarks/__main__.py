@@ -240,10 +240,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--modes",
         default="process",
-        help="process,thread: thread mode needs python.pythonpath (set here) and still deadlocks in the sink",
+        help="process,thread: lakestream refuses thread mode with a clear error (README: why); a thread run "
+        "records that error",
     )
     p.add_argument(
-        "--latency-rate", type=int, default=500, help="events/s; 10,000 is not sustainable yet (see README)"
+        "--latency-rate", type=int, default=10_000, help="events/s, visibility run (target: 10,000)"
     )
     p.add_argument("--latency-seconds", type=float, default=60)
     p.add_argument("--skip-latency", action="store_true")
@@ -293,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
             "modes": modes,
             "extra_flink": a.set,
             "batch_rows": a.batch_rows,
+            "latency": {"rate": a.latency_rate, "seconds": a.latency_seconds, "skipped": a.skip_latency},
+            "memory": {"minutes": a.memory_minutes, "rate": a.memory_rate},
             "flink": {k: str(v) for k, v in dataclasses.asdict(cfg.flink).items()},
         },
     }

@@ -12,9 +12,10 @@ END = "<!-- bench:end -->"
 INTRO = """`make bench` installs the `bench` extra (pyspark 3.5.7, delta-spark 3.3.2, confluent-kafka, psutil,
 py-spy), copies the Spark connector jars (Maven profile `spark-bench`, `jvm/target/lib/spark/`) and runs
 `python -m benchmarks` (`--events N`, `--skip-spark`, `--out DIR`, `--repeat`, `--modes process,thread`,
-`--set flink.key=value`, `--batch-rows`; `make bench BENCH_ARGS='--events 100000'`). Everything runs on one
-local KRaft broker with the same seeded messy events; each lakestream and Spark run is its own process
-(own JVM), RSS sampled over its process tree. Full results: `.lakestream/bench/results.json`.
+`--set flink.key=value`, `--batch-rows`, `--latency-rate`, `--memory-minutes M --memory-rate R`;
+`make bench BENCH_ARGS='--events 100000'`). Everything runs on one local KRaft broker with the same
+seeded messy events; each lakestream and Spark run is its own process (own JVM), RSS sampled over its
+process tree. Full results: `.lakestream/bench/results.json`.
 """
 
 
@@ -54,8 +55,16 @@ def markdown(results: dict[str, Any]) -> str:
     wl = results.get("workload", {})
     st = results["settings"]
     load = tuple(round(x, 1) for x in results["machine"]["loadavg_at_start"])
-    keys = ("parallelism", "checkpoint_interval", "bundle_size", "bundle_time", "python_execution_mode")
-    flink = {k: st["flink"][k] for k in keys}
+    keys = (
+        "parallelism",
+        "checkpoint_interval",
+        "bundle_size",
+        "bundle_time",
+        "batch_size",
+        "batch_time",
+        "python_execution_mode",
+    )
+    flink = {k: st["flink"][k] for k in keys if k in st["flink"]}
     lines = [
         f"Run {results['started']}: {wl.get('events', '?'):,} events (4 topics x 2 partitions), "
         f"{results['machine']['cpus']} cores, load at start {load}; "
@@ -132,6 +141,12 @@ def markdown(results: dict[str, Any]) -> str:
             )
             if "error" in r:
                 lines.append(f"| {r['mode']} failed: see results.json | | | | | | | | | |")
+        lines.append(
+            "\nVisibility: Kafka send time -> the silver row readable (silver's Delta version polled every "
+            "100 ms); input is one `orders_db` create per new order id at a fixed rate, so every "
+            "checkpoint's MERGE inserts new keys (updates of old orders would make each MERGE rewrite "
+            "the files holding them)."
+        )
     lines += _memory_lines(results.get("memory"))
     sl = results.get("source_lag")
     if sl:
