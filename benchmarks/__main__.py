@@ -399,6 +399,11 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
         results["latency"] = lat
+        if not a.skip_latency:
+            from benchmarks import source_lag
+
+            results["source_lag_flink"] = source_lag.measure_flink(work, bootstrap)
+            print(f"  delta source lag through Flink: {results['source_lag_flink']}"[:800], flush=True)
         if a.memory_minutes > 0:
             from benchmarks.memory import run_memory
 
