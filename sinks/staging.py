@@ -9,7 +9,7 @@ files are written and fsynced. Only ``prepared`` manifests are ever committed.
 Layout under the table root (names percent-encoded, so any app prefix or run id is a safe folder name)::
 
     _lakestream/manifests/<app_prefix>/<run_id>/<subtask>/<checkpoint:020d>.json
-    _lakestream/staging/<app_prefix>/<run_id>/<subtask>/<checkpoint:020d>-<token>.parquet   (merge sources)
+    _lakestream/staging/<app_prefix>/<run_id>/<subtask>/<checkpoint:020d>-<token>.arrow   (merge sources)
 
 Delta ignores folders starting with ``_`` and so does VACUUM, so the staging area never shows up as
 table data and is never vacuumed away; staged append files live in the partition folders instead.

@@ -15,7 +15,7 @@ Protocol
     1. write(batch): rows are buffered in memory as Arrow record batches. Nothing touches disk.
     2. PRECOMMIT(n): the buffer is staged. Append mode: Parquet files in the table folder (hive-style
        partition folders, one file per partition per checkpoint, split at ``target_file_size``), with
-       the Delta statistics of each file. Merge/upsert: one pre-reduced MERGE source file under
+       the Delta statistics of each file. Merge/upsert: one pre-reduced MERGE source file (Arrow IPC) under
        ``_lakestream/staging``. A manifest (app id, n, files, sizes, rows, partition values, stats) is
        written durably (temp + fsync + rename) as ``pending`` before the first file and ``prepared``
        after the last one. Nothing is in the Delta log yet. An empty checkpoint stages nothing.
@@ -92,6 +92,7 @@ from urllib.parse import unquote, urlparse
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.ipc
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake import Schema as DeltaSchema
@@ -130,6 +131,8 @@ WriteMode = Literal["append", "merge", "upsert"]
 #: Checkpoint id of the END_OF_INPUT commit (Flink's ``CommittableMessage.EOI`` is Long.MAX_VALUE too).
 EOI_CHECKPOINT_ID = 2**63 - 1
 DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
+#: File name suffix of staged MERGE sources (Arrow IPC file format).
+MERGE_SOURCE_SUFFIX = ".arrow"
 
 
 def local_table_root(table_uri: str) -> Path:
@@ -464,9 +467,13 @@ class TwoPhaseDeltaWriter:
         token = pending.token
         reduced = self._reduce(table)
         folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"{checkpoint_id:020d}-{token}.parquet"
+        # Arrow IPC, not Parquet: the source never enters the table and is read back once at COMMIT;
+        # IPC writes about 6x faster (100k silver rows: 0.03 s vs 0.17 s) and reads at memory speed,
+        # and both sit on the path from the checkpoint barrier to visible rows. Twice the bytes.
+        path = folder / f"{checkpoint_id:020d}-{token}{MERGE_SOURCE_SUFFIX}"
         with open(path, "wb") as fh:
-            pq.write_table(reduced, fh, compression="snappy")
+            with pa.ipc.new_file(fh, reduced.schema) as ipc_writer:
+                ipc_writer.write_table(reduced)
             fh.flush()
             os.fsync(fh.fileno())
         fsync_dir(folder)
@@ -586,7 +593,7 @@ class TwoPhaseDeltaWriter:
     def _run_merge(self, dt: DeltaTable, manifests: list[Manifest], props: CommitProperties) -> int:
         assert self.merge_spec is not None
         ordered = sorted(manifests, key=lambda m: (m.checkpoint_id, m.subtask))
-        parts = [pq.read_table(self._root / f.path, schema=self.schema) for m in ordered for f in m.files]
+        parts = [_read_merge_source(self._root / f.path, self.schema) for m in ordered for f in m.files]
         # Each staged file is already reduced; only several of them (a commit that catches up on
         # earlier checkpoints) can hold a key twice.
         source = parts[0] if len(parts) == 1 else self._reduce(pa.concat_tables(parts))
@@ -727,6 +734,14 @@ class TwoPhaseDeltaWriter:
         self.metrics.staged_rows = sum(m.num_rows for m in self._staged)
         self.metrics.staged_files = sum(len(m.files) for m in self._staged)
         self.metrics.staged_bytes = sum(m.size_bytes for m in self._staged)
+
+
+def _read_merge_source(path: Path, schema: pa.Schema) -> pa.Table:
+    """A staged MERGE source: Arrow IPC, or Parquet when staged by a version before IPC staging."""
+    if path.suffix == ".parquet":
+        return pq.read_table(path, schema=schema)
+    with pa.OSFile(str(path), "rb") as fh:
+        return pa.ipc.open_file(fh).read_all().cast(schema)
 
 
 def _is_committed(dt: DeltaTable, manifest: Manifest) -> bool:

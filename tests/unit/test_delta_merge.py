@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -301,6 +302,35 @@ def test_event_time_guard_in_the_delta_merge(tmp_path: Path) -> None:
     all_rows = [r for rows in checkpoints for r in rows]
     assert_silver(t, fold(all_rows, SPEC, SILVER))
     assert txn_version(t, "job:run-1:0") == 3
+    assert_no_orphans(t)
+
+
+def test_merge_sources_are_arrow_ipc_and_parquet_ones_of_older_versions_still_commit(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    from sinks.staging import StagingArea
+
+    t = tmp_path / "silver"
+    rows = [event("o1", "e1", 10, status="created"), event("o1", "e2", 5, status="older")]
+    w = silver_writer(t, None)
+    w.write(batch(rows))
+    manifest = w.prepare(1)
+    assert manifest is not None and manifest.files[0].path.endswith(".arrow")
+    staged = t / manifest.files[0].path
+    with pa.OSFile(str(staged), "rb") as fh:
+        assert pa.ipc.open_file(fh).read_all().num_rows == 1  # stored already folded
+    # What a version that staged Parquet left behind when the task died before COMMIT(1).
+    w.close()
+    legacy = staged.with_suffix(".parquet")
+    with pa.OSFile(str(staged), "rb") as fh:
+        pq.write_table(pa.ipc.open_file(fh).read_all(), legacy)
+    staged.unlink()
+    old_file = replace(manifest.files[0], path=manifest.files[0].path[: -len(".arrow")] + ".parquet")
+    StagingArea(t, "job").write(replace(manifest, files=(old_file,)))
+
+    silver_writer(t, 1)  # restored from checkpoint 1: its staged source is committed
+    assert_silver(t, fold(rows, SPEC, SILVER))
+    assert txn_version(t, "job:run-1:0") == 1
     assert_no_orphans(t)
 
 
