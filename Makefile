@@ -6,7 +6,7 @@ VPY    := $(VENV)/bin/python
 STAMPS := .lakestream/stamps
 JAVA_SOURCES := $(shell find jvm/src -name '*.java' 2>/dev/null)
 
-.PHONY: demo test unit lint typecheck bootstrap venv jvm tools bench clean
+.PHONY: demo test unit lint typecheck bootstrap venv jvm tools bench profile clean
 
 demo: bootstrap
 	$(VPY) -m flink_jobs demo
@@ -52,6 +52,12 @@ bench: bootstrap
 	$(VPY) -m pip install -q -c requirements-lock.txt -e '.[bench]'
 	mvn -q -B -f jvm/pom.xml -Pspark-bench package
 	$(VPY) -m benchmarks $(BENCH_ARGS)
+
+# Where the bounded ingest spends its time: py-spy on every Python worker, CPU per process kind
+# (benchmarks/profile.py; summary and raw stacks in .lakestream/bench/profile/).
+profile: bootstrap
+	$(VPY) -m pip install -q -c requirements-lock.txt -e '.[bench]'
+	$(VPY) -m benchmarks.profile $(PROFILE_ARGS)
 
 clean:
 	-$(VPY) -m flink_jobs kafka stop
