@@ -29,6 +29,8 @@ from lakestream import paths
 OWN_DIRS = ("lakestream/", "udfs/", "sinks/", "sources/", "flink_jobs/")
 #: A frame every stack has while the worker processes a bundle (Beam's SDK harness).
 BUNDLE_FRAME = "process_bundle ("
+#: Inside a bundle, the frame that blocks until the JVM sends the bundle's next elements.
+INPUT_WAIT_FRAME = "input_elements ("
 
 
 @dataclass
@@ -38,6 +40,7 @@ class WorkerProfile:
     pid: int
     ticks: int = 0
     in_bundle: int = 0
+    input_wait: int = 0
     own: int = 0
     self_time: Counter[str] = field(default_factory=Counter)
     own_entry: Counter[str] = field(default_factory=Counter)
@@ -54,8 +57,10 @@ class WorkerProfile:
             "ticks": self.ticks,
             "in_bundle_pct": pct(self.in_bundle),
             "lakestream_code_pct": pct(self.own),
-            "runtime_in_bundle_pct": pct(self.in_bundle - self.own),
+            "runtime_in_bundle_pct": pct(self.in_bundle - self.own - self.input_wait),
+            "waiting_for_input_in_bundle_pct": pct(self.input_wait),
             "between_bundles_pct": pct(self.ticks - self.in_bundle),
+            "waiting_for_the_jvm_pct": pct(self.ticks - self.in_bundle + self.input_wait),
             "top_self": [(f, pct(c)) for f, c in self.self_time.most_common(top)],
             "top_lakestream_frames": [(f, pct(c)) for f, c in self.own_entry.most_common(top)],
         }
@@ -71,8 +76,9 @@ def parse_collapsed(lines: Iterable[str], pid: int) -> WorkerProfile:
 
     Every live thread is sampled on every tick, so the longest-lived thread's sample count is the
     number of ticks (wall time). A worker runs one bundle at a time, so stacks holding Beam's
-    ``process_bundle`` frame, on whatever pool thread, are the time it was busy; the rest it waited
-    for the JVM to send the next bundle.
+    ``process_bundle`` frame, on whatever pool thread, are the time it spent in bundles; inside a
+    bundle, stacks blocked in Beam's ``input_elements`` wait for the JVM to send more elements. The rest
+    of the ticks it waited between bundles.
     """
     per_thread: Counter[str] = Counter()
     prof = WorkerProfile(pid=pid)
@@ -92,6 +98,8 @@ def parse_collapsed(lines: Iterable[str], pid: int) -> WorkerProfile:
         if own:
             prof.own += count
             prof.own_entry[_short(own[-1])] += count
+        elif any(INPUT_WAIT_FRAME in f for f in frames):
+            prof.input_wait += count
     prof.ticks = max(per_thread.values(), default=0)
     return prof
 
