@@ -16,6 +16,36 @@ from typing import Any
 
 import pyarrow as pa
 
+_SCHEMA = pa.schema([("batch", pa.int64()), ("i", pa.int64())])
+
+
+def _batch(b: int, rows: int) -> pa.Table:
+    """``rows`` rows tagged with commit number ``b`` (-1: the table's first version)."""
+    return pa.table(
+        {"batch": pa.array([b] * rows, pa.int64()), "i": pa.array(range(rows), pa.int64())}, schema=_SCHEMA
+    )
+
+
+def _commit_loop(
+    table: str, *, rows: int, every: float, committed: dict[int, float], stop: threading.Event
+) -> None:
+    """Append a batch every ``every`` s until ``stop``; ``committed[b]`` = wall time commit b returned."""
+    from deltalake import write_deltalake
+
+    b = 0
+    while not stop.is_set():
+        write_deltalake(table, _batch(b, rows), mode="append")
+        committed[b] = time.time()
+        b += 1
+        stop.wait(every)
+
+
+def _writer(
+    table: str, rows: int, every: float, committed: dict[int, float], stop: threading.Event
+) -> threading.Thread:
+    kwargs = {"rows": rows, "every": every, "committed": committed, "stop": stop}
+    return threading.Thread(target=_commit_loop, args=(table,), kwargs=kwargs, daemon=True)
+
 
 def measure(
     root: Path,
@@ -33,24 +63,9 @@ def measure(
     from sources.stream_reader import DeltaStreamReader
 
     table = str(root / "source_lag")
-    schema = pa.schema([("batch", pa.int64()), ("i", pa.int64())])
-
-    def batch(b: int) -> pa.Table:
-        return pa.table(
-            {"batch": pa.array([b] * rows, pa.int64()), "i": pa.array(range(rows), pa.int64())}, schema=schema
-        )
-
-    write_deltalake(table, batch(-1), mode="append")
+    write_deltalake(table, _batch(-1, rows), mode="append")
     committed: dict[int, float] = {}
     stop = threading.Event()
-
-    def writer() -> None:
-        b = 0
-        while not stop.is_set():
-            write_deltalake(table, batch(b), mode="append")
-            committed[b] = time.time()
-            b += 1
-            stop.wait(commit_every)
 
     opts = DeltaSourceOptions(
         mode="table_changes", starting_version="latest", poll_interval=timedelta(seconds=poll_interval)
@@ -59,7 +74,7 @@ def measure(
     offset = reader.start(None)
     lags: list[float] = []
     seen = 0
-    w = threading.Thread(target=writer, daemon=True)
+    w = _writer(table, rows, commit_every, committed, stop)
     w.start()
     t_end = time.monotonic() + seconds
     while time.monotonic() < t_end:
@@ -117,14 +132,9 @@ def measure_flink(
     run_dir.mkdir(parents=True)
     lakehouse = run_dir / "lakehouse"
     table = str(lakehouse / "lag" / "src")
-    schema = pa.schema([("batch", pa.int64()), ("i", pa.int64())])
-
-    def batch(b: int) -> pa.Table:
-        return pa.table(
-            {"batch": pa.array([b] * rows, pa.int64()), "i": pa.array(range(rows), pa.int64())}, schema=schema
-        )
-
-    write_deltalake(table, batch(-1), mode="append", configuration={"delta.enableChangeDataFeed": "true"})
+    write_deltalake(
+        table, _batch(-1, rows), mode="append", configuration={"delta.enableChangeDataFeed": "true"}
+    )
     suffix = time.time_ns()
     topic = f"lag{suffix}.changes"
     create_topic(bootstrap, topic, partitions=1)
@@ -155,14 +165,6 @@ def measure_flink(
             b = json.loads(msg.value())["batch"]
             first_seen.setdefault(b, time.time())
 
-    def writer() -> None:
-        b = 0
-        while not stop.is_set():
-            write_deltalake(table, batch(b), mode="append")
-            committed[b] = time.time()
-            b += 1
-            stop.wait(commit_every)
-
     out: dict[str, Any] = {
         "started": utc_now(),
         "poll_interval": poll_interval,
@@ -180,7 +182,7 @@ def measure_flink(
             if -1 not in first_seen:
                 out["error"] = (run_dir / "log.txt").read_text(errors="replace")[-3000:]
                 return out
-            w = threading.Thread(target=writer, daemon=True)
+            w = _writer(table, rows, commit_every, committed, stop)
             w.start()
             consume(time.monotonic() + seconds)
             stop.set()
