@@ -179,15 +179,9 @@ def _label(names: Sequence[str]) -> str:
 
 def get_id(obj: Mapping[str, Any], names: Sequence[str], settings: AdapterSettings) -> str | None:
     """An identifier: a non-empty string or an integer (many sources emit numeric ids), as ``str``."""
-    if len(names) == 1:  # what ``pick`` returns for one name, without the call
-        name = names[0]
-        value = obj.get(name)
-        if value is None:
-            return None
-    else:
-        name, value = pick(obj, names)
-        if not name:
-            return None
+    name, value = pick(obj, names)
+    if not name:
+        return None
     if isinstance(value, str):
         text = value.strip()
         if not text:
@@ -210,15 +204,9 @@ def require(value: Any, names: Sequence[str]) -> Any:
 
 def get_text(obj: Mapping[str, Any], names: Sequence[str], settings: AdapterSettings) -> str | None:
     """Free text, stripped; empty means absent (CDC tools emit '' for unset columns)."""
-    if len(names) == 1:  # what ``pick`` returns for one name, without the call
-        name = names[0]
-        value = obj.get(name)
-        if value is None:
-            return None
-    else:
-        name, value = pick(obj, names)
-        if not name:
-            return None
+    name, value = pick(obj, names)
+    if not name:
+        return None
     if not isinstance(value, str):
         raise FieldError(name, f"expected a string, got {describe(value)}")
     text = value.strip()
@@ -257,15 +245,9 @@ def get_yuan(obj: Mapping[str, Any], names: Sequence[str]) -> Decimal | None:
     Fast paths for the usual spellings (a plain ASCII string with at most 2 decimals, an integer) whose
     range and fen checks cannot fail: only the ``quantize`` that gives the result its 2 decimals is left.
     """
-    if len(names) == 1:  # what ``pick`` returns for one name, without the call
-        name = names[0]
-        value = obj.get(name)
-        if value is None:
-            return None
-    else:
-        name, value = pick(obj, names)
-        if not name:
-            return None
+    name, value = pick(obj, names)
+    if not name:
+        return None
     kind = type(value)
     if kind is str:
         if _PLAIN_YUAN.fullmatch(value):
@@ -294,15 +276,9 @@ def _yuan_slow(name: str, value: Any) -> Decimal:
 
 def get_fen_as_yuan(obj: Mapping[str, Any], names: Sequence[str]) -> Decimal | None:
     """An integer fen amount converted to yuan (fen / 100), exact."""
-    if len(names) == 1:  # what ``pick`` returns for one name, without the call
-        name = names[0]
-        value = obj.get(name)
-        if value is None:
-            return None
-    else:
-        name, value = pick(obj, names)
-        if not name:
-            return None
+    name, value = pick(obj, names)
+    if not name:
+        return None
     if type(value) is int and -_FEN_LIMIT < value < _FEN_LIMIT:
         # The slow path's checks cannot fail, and the exact ``scaleb`` already has 2 decimals (what its
         # ``quantize`` would give).
