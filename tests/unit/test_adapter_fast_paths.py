@@ -20,6 +20,7 @@ from functools import partial
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import json_strategies
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -206,15 +207,11 @@ def test_unusual_spellings_leave_the_fast_path(text: str, zone: tzinfo | None) -
 
 # --- JSON in and out ------------------------------------------------------------------------------------
 
-json_values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(10**30), max_value=10**30)
-    | st.decimals(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=12),
-    lambda children: (
-        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4)
-    ),
+json_values = json_strategies.json_values(
+    st.decimals(allow_nan=False, allow_infinity=False),
+    text_size=12,
+    container_size=4,
+    key_size=6,
     max_leaves=12,
 )
 

@@ -5,6 +5,7 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 
+import json_strategies
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -410,16 +411,8 @@ def test_extreme_json_numbers_are_field_rejects(source: str, template: str, reas
 
 # --- fuzzing: adapters never raise and never hit the "adapter error" safety net -------------------------
 
-json_values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(10**30), max_value=10**30)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=30),
-    lambda children: (
-        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3)
-    ),
-    max_leaves=8,
+json_values = json_strategies.json_values(
+    st.floats(allow_nan=False, allow_infinity=False), text_size=30, container_size=3, key_size=8, max_leaves=8
 )
 FIELD_NAMES = sorted(
     {
