@@ -24,6 +24,7 @@ import json_strategies
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_adapters import BEHAVIOUR, LOGISTICS, ORDER
 
 from lakestream.adapters import ADAPTERS, get_adapter, parsing
 from lakestream.adapters.parsing import (
@@ -295,17 +296,7 @@ def test_millis_fast_path_equals_the_slow_path(value: Any) -> None:
 
 # --- whole adapters: ids and reasons as before the fast paths --------------------------------------------
 
-ORDER = {
-    "op": "c",
-    "order_id": "1001",
-    "user_id": "u1",
-    "amount": "99.00",
-    "status": "created",
-    "address": "Chaoyang",
-    "updated_at": "2024-06-01 12:00:00",
-}
-LOGISTICS = {"trackingNo": "SF1", "order": "1001", "state": "in_transit", "ts": "2024-06-01T12:30:00+08:00"}
-BEHAVIOUR = {"uid": "u1", "event": "view", "orderId": "1001", "ts": 1717214400000}
+# The sample payloads of test_adapters, so the pinned ids below are of the very same records.
 
 
 @pytest.mark.parametrize(
