@@ -37,6 +37,7 @@ from lakestream.resolution import DedupCache, silver_source
 from udfs.checkpoint_markers import DATA
 from udfs.delta_sink import DeltaSinkSpec, TableWriters
 from udfs.ingest_rows import from_epoch_millis, unpack_events
+from udfs.worker_gc import tune_for_batches
 
 #: Names of the tables this operator writes, as keys of its ``tables`` argument.
 LATE, SILVER = "late", "silver"
@@ -68,6 +69,7 @@ class ResolveBatches(ProcessFunction):  # type: ignore[misc]
         self._duplicates = group.counter("events_duplicate")
         self._changes = group.counter("silver_changes")
         self.tables.register_metrics(runtime_context)
+        tune_for_batches()  # last: freezes what open() built
 
     def close(self) -> None:
         """Release the table writers (staged files stay for the next OPEN)."""

@@ -37,6 +37,7 @@ from lakestream.standard import EVENT_COLUMNS, Rejected
 from udfs.checkpoint_markers import DATA
 from udfs.delta_sink import DeltaSinkSpec, TableWriters, rows_to_batch
 from udfs.ingest_rows import bronze_row, epoch_millis, invalid_row, pack_events, quarantine_row
+from udfs.worker_gc import tune_for_batches
 
 UTC = timezone.utc
 _EVENT_TIME = EVENT_COLUMNS.index("event_time")
@@ -112,6 +113,7 @@ class StandardiseFunction(ProcessFunction):  # type: ignore[misc]
         self._rejected = group.counter("records_rejected")
         self._batches = group.counter("kafka_batches")
         self.tables.register_metrics(runtime_context)
+        tune_for_batches()  # last: freezes what open() built
 
     def close(self) -> None:
         """Release the table writers (staged files stay for the next OPEN)."""
