@@ -73,9 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     end_offsets = None if a.unbounded else snapshot_end_offsets(a.bootstrap, topics)
 
     t0 = time.monotonic()
-    from pyflink.java_gateway import get_gateway
+    from lakestream.flink_runtime import launch_gateway
 
-    get_gateway()  # the JVM starts here
+    launch_gateway(cfg.flink.jvm_options)  # the JVM starts here, with the job's JVM options
     jvm_start = time.monotonic() - t0
     t1 = time.monotonic()
     env = build_ingest_job(

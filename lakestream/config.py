@@ -105,6 +105,10 @@ class FlinkConfig:
     batch_size: int = 5_000
     batch_time: timedelta = timedelta(milliseconds=100)
     jobmanager: str = ""  # "host:port" of a running cluster for `flink run`; empty = local MiniCluster
+    #: Options of the local MiniCluster's JVM (this process launches it). C1 only by default: on 2 cores
+    #: the C2 compiler spent about 4 CPU-seconds in the first 25 s of an ingest run, more than the JVM's
+    #: record handling itself, while the Python workers wait for CPU (README, performance).
+    jvm_options: tuple[str, ...] = ("-XX:TieredStopAtLevel=1",)
 
     def __post_init__(self) -> None:
         """Reject sizes the JVM operators would refuse only once the job runs."""
@@ -112,6 +116,12 @@ class FlinkConfig:
             raise ConfigError(f"flink.batch_size: must be at least 1 record, got {self.batch_size}")
         if self.batch_time < timedelta(milliseconds=1):
             raise ConfigError(f"flink.batch_time: must be at least 1ms, got {self.batch_time}")
+        bad = [o for o in self.jvm_options if not o.startswith("-") or any(c.isspace() for c in o)]
+        if bad:
+            raise ConfigError(
+                f"flink.jvm_options: each entry is one JVM option starting with '-' and without spaces, "
+                f'got {bad}; write e.g. ["-XX:TieredStopAtLevel=1", "-Xss2m"]'
+            )
 
 
 @dataclass(frozen=True, slots=True)

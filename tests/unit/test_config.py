@@ -42,6 +42,9 @@ def test_env_overrides_file_and_parses_types(tmp_path):
         ('[event_time]\ndedup_ttl = "soon"\n', "event_time.dedup_ttl"),
         ("[flink]\nparallelism = -1\n", "flink.parallelism"),
         ("not toml =", "not valid TOML"),
+        ('[flink]\njvm_options = ["-Xmx1g -Xss2m"]\n', "flink.jvm_options.*one JVM option"),
+        ('[flink]\njvm_options = ["Xmx1g"]\n', "flink.jvm_options.*starting with '-'"),
+        ('[flink]\njvm_options = "-Xmx1g"\n', "flink.jvm_options: expected an array"),
     ],
 )
 def test_bad_values_name_the_key(tmp_path, text, needle):

@@ -1,0 +1,56 @@
+"""The local MiniCluster's JVM really runs with the configured options (a real JVM, in a child process)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PROBE = textwrap.dedent(
+    """
+    import json, os, sys
+    from lakestream.config import FlinkConfig
+    from lakestream.flink_runtime import build_env
+
+    options = tuple(json.loads(sys.argv[1]))
+    env = build_env(FlinkConfig(jvm_options=options), checkpoint_dir=sys.argv[2])
+    from pyflink.java_gateway import get_gateway
+    bean = get_gateway().jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+    print(json.dumps({
+        "args": list(bean.getInputArguments()),
+        "object_reuse": env.get_config().is_object_reuse_enabled(),
+        "jvm_args_left": os.environ.get("JVM_ARGS"),
+    }))
+    """
+)
+
+
+def _probe(tmp_path: Path, options: list[str]) -> dict[str, object]:
+    script = tmp_path / "probe.py"
+    script.write_text(PROBE)
+    out = subprocess.run(
+        [sys.executable, str(script), json.dumps(options), str(tmp_path / "ckpt")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    result: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_jvm_options_reach_the_minicluster_jvm_and_object_reuse_is_on(tmp_path: Path) -> None:
+    got = _probe(tmp_path, ["-XX:TieredStopAtLevel=1", "-Xss2m"])
+    assert "-XX:TieredStopAtLevel=1" in got["args"] and "-Xss2m" in got["args"]
+    assert got["object_reuse"] is True
+    assert got["jvm_args_left"] is None  # set only around the launch
+
+
+def test_no_jvm_options_means_the_jvm_defaults(tmp_path: Path) -> None:
+    got = _probe(tmp_path, [])
+    assert not [a for a in got["args"] if a.startswith("-XX:TieredStopAtLevel")]
