@@ -88,21 +88,13 @@ class ResolveBatches(ProcessFunction):  # type: ignore[misc]
             watermarks = pa.array([from_epoch_millis(late_wms[i]) for i in late], self._watermark_type)
             rows = pa.Table.from_batches([batch.take(pa.array(late))]).append_column("watermark", watermarks)
             tables.add_batch(LATE, rows)
-        # De-dup needs the ids as Python strings (a dict lookup each); everything else stays columnar.
-        now = datetime.now(UTC)
-        keep: list[bool] = []
-        duplicates = 0
-        for event_id, order_id in zip(
-            batch.column("event_id").to_pylist(), batch.column("order_id").to_pylist(), strict=True
-        ):
-            if order_id is None:
-                keep.append(False)
-            elif seen.seen(event_id, now):
-                duplicates += 1
-                keep.append(False)
-            else:
-                keep.append(True)
-        silver = silver_source(batch.filter(pa.array(keep)))
+        # Events without an order id change no order (and are not remembered). De-dup needs the ids as
+        # Python strings (a dict lookup each); everything else stays columnar.
+        has_order = batch.column("order_id").is_valid()
+        orders = batch if has_order.false_count == 0 else batch.filter(has_order)
+        fresh = seen.first_seen(orders.column("event_id").to_pylist(), datetime.now(UTC))
+        duplicates = len(fresh) - sum(fresh)
+        silver = silver_source(orders.filter(pa.array(fresh, pa.bool_())) if duplicates else orders)
         if silver.num_rows:
             tables.add_batch(SILVER, silver)
         self._late.inc(len(late))
