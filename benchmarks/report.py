@@ -63,6 +63,7 @@ def markdown(results: dict[str, Any]) -> str:
         "batch_size",
         "batch_time",
         "python_execution_mode",
+        "jvm_options",
     )
     flink = {k: st["flink"][k] for k in keys if k in st["flink"]}
     lines = [
