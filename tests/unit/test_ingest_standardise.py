@@ -1,0 +1,129 @@
+"""The standardise operator's routing and quality counters, run without Flink on real Delta tables."""
+
+from __future__ import annotations
+
+import gc
+import json
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lakestream.adapters import AdapterSettings
+from lakestream.quality import QualityRules
+from lakestream.standard import BRONZE_SCHEMA, QUARANTINE_SCHEMA
+from udfs.checkpoint_markers import DATA, OPEN
+from udfs.delta_sink import DeltaSinkSpec
+from udfs.ingest_standardise import BRONZE, QUARANTINE, REVIEW, StandardiseFunction
+
+UTC = timezone.utc
+TOPIC = "payments.callbacks"
+
+
+class _Counter:
+    def __init__(self) -> None:
+        self.count = 0
+
+    def inc(self, n: int = 1) -> None:
+        self.count += n
+
+
+class _Group:
+    """Records counters by name; stands in for PyFlink's metric group (not part of what is tested)."""
+
+    def __init__(self) -> None:
+        self.counters: dict[str, _Counter] = {}
+
+    def add_group(self, *_: str) -> _Group:
+        return self
+
+    def counter(self, name: str) -> _Counter:
+        return self.counters.setdefault(name, _Counter())
+
+    def gauge(self, *_: Any) -> None:
+        pass
+
+
+class _Context:
+    def __init__(self) -> None:
+        self.group = _Group()
+
+    def get_metrics_group(self) -> _Group:
+        return self.group
+
+
+@pytest.fixture(autouse=True)
+def _restore_gc() -> Iterator[None]:
+    before = gc.get_threshold()
+    yield
+    gc.unfreeze()
+    gc.set_threshold(*before)
+
+
+def _kafka_batch(values: list[bytes | None]) -> tuple[Any, ...]:
+    """A ``KafkaBatchEpochOperator`` payload: (topic, partition, offsets, timestamps, key lengths, keys,
+    value lengths, values)."""
+    lengths = [-1 if v is None else len(v) for v in values]
+    return (
+        TOPIC,
+        0,
+        list(range(len(values))),
+        [0] * len(values),
+        [-1] * len(values),
+        b"",
+        lengths,
+        b"".join(v for v in values if v is not None),
+    )
+
+
+def test_one_batch_is_routed_and_counted_per_quality(tmp_path: Path) -> None:
+    def spec(name: str, schema: Any) -> DeltaSinkSpec:
+        return DeltaSinkSpec(table_uri=str(tmp_path / name), app_prefix=name, schema=schema)
+
+    fn = StandardiseFunction(
+        sources_by_topic={TOPIC: "payments"},
+        adapter_settings=AdapterSettings(source_zone="Asia/Shanghai"),
+        rules=QualityRules(
+            max_future=timedelta(minutes=5),
+            amount_ceiling=Decimal(1_000_000),
+            known_statuses=frozenset({"paid"}),
+            min_event_time=datetime(2000, 1, 1, tzinfo=UTC),
+        ),
+        tables={
+            BRONZE: spec("bronze", BRONZE_SCHEMA),
+            REVIEW: spec("review", BRONZE_SCHEMA),
+            QUARANTINE: spec("quarantine", QUARANTINE_SCHEMA),
+        },
+    )
+    ctx = _Context()
+    fn.open(ctx)
+    list(fn.process_element((OPEN, -1, 0, 1, "run-1", None), None))
+    future_ms = int((datetime.now(UTC) + timedelta(days=1)).timestamp() * 1000)
+    payment = {"payId": "P1", "orderId": "1001", "payMoney": 9900, "paidAt": 1717214400123}
+    values = [
+        json.dumps(payment).encode(),  # VALID
+        json.dumps({**payment, "payId": "P2"}).encode(),  # VALID
+        json.dumps({**payment, "payId": "P3", "paidAt": future_ms}).encode(),  # SUSPICIOUS: a day ahead
+        json.dumps({"payId": "P4", "paidAt": 0}).encode(),  # INVALID: 1970, no order, no amount
+        b"{not json",  # rejected by the adapter
+        None,  # rejected: null value
+    ]
+    out = list(fn.process_element((DATA, -1, -1, -1, None, _kafka_batch(values)), None))
+    # A second batch: the counts add up instead of restarting.
+    out += list(fn.process_element((DATA, -1, -1, -1, None, _kafka_batch(values[:1])), None))
+
+    counts = {name: c.count for name, c in ctx.group.counters.items()}
+    assert counts == {
+        "events_valid": 3,
+        "events_suspicious": 1,
+        "events_invalid": 1,
+        "records_rejected": 2,
+        "kafka_batches": 2,
+    }
+    # The gate gets one row per batch with its VALID events' times, in arrival order.
+    assert [(r[0], len(r[1])) for r in out] == [(f"{TOPIC}#0", 2), (f"{TOPIC}#0", 1)]
+    assert out[0][1] == [1717214400123, 1717214400123]
+    fn.close()
