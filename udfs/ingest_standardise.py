@@ -76,6 +76,8 @@ def decode_kafka_batch(batch: Any) -> Iterator[tuple[str, int, int, bytes | None
 
 #: Names of the tables this operator writes, as keys of its ``tables`` argument.
 BRONZE, REVIEW, QUARANTINE = "bronze", "review", "quarantine"
+#: Counter key of adapter rejects, next to the quality tags.
+REJECTED = "REJECTED"
 
 
 class StandardiseFunction(ProcessFunction):  # type: ignore[misc]
@@ -110,8 +112,11 @@ class StandardiseFunction(ProcessFunction):  # type: ignore[misc]
             "SUSPICIOUS": group.counter("events_suspicious"),
             "INVALID": group.counter("events_invalid"),
         }
-        self._rejected = group.counter("records_rejected")
+        self._counters[REJECTED] = group.counter("records_rejected")
         self._batches = group.counter("kafka_batches")
+        # Counted per batch and added to the Flink counters once: a counter ``inc`` goes through Beam's
+        # metrics container lookup (about 1 us a call, some 5% of what standardising one record costs).
+        self._counts = dict.fromkeys(self._counters, 0)
         self.tables.register_metrics(runtime_context)
         tune_for_batches()  # last: freezes what open() built
 
@@ -139,6 +144,11 @@ class StandardiseFunction(ProcessFunction):  # type: ignore[misc]
             valid.append(is_valid)
             if is_valid:
                 times.append(epoch_millis(row[_EVENT_TIME]))
+        counts = self._counts
+        for quality, n in counts.items():
+            if n:
+                self._counters[quality].inc(n)
+                counts[quality] = 0
         if not rows:
             return
         # One Arrow batch per Kafka batch: bronze takes it whole, the gate gets its VALID rows as IPC.
@@ -181,11 +191,11 @@ class StandardiseFunction(ProcessFunction):  # type: ignore[misc]
                 offset=offset,
             )
         if isinstance(result, Rejected):
-            self._rejected.inc()
+            self._counts[REJECTED] += 1
             tables.add(QUARANTINE, quarantine_row(result, now))
             return None
         event = result
-        self._counters[event.quality].inc()
+        self._counts[event.quality] += 1
         row = bronze_row(event, now)
         if event.quality == "SUSPICIOUS":
             tables.add(REVIEW, row)
