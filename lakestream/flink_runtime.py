@@ -346,6 +346,18 @@ class StandaloneCluster:
         for p in pids:
             if _alive(p):
                 os.kill(p, signal.SIGKILL)
+        # A TaskManager killed with SIGKILL leaves its PyFlink Python workers running (they keep waiting
+        # on the dead JVM's gRPC channel, re-parented to init); they carry this cluster's configuration
+        # folder in their environment, which is how they are found.
+        for p in self.leftover_processes():
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def leftover_processes(self) -> list[int]:
+        """Pids of processes started for this cluster (``FLINK_CONF_DIR`` = its conf folder), Linux only."""
+        return _pids_with_env("FLINK_CONF_DIR", str(self.conf_dir))
 
     def __enter__(self) -> StandaloneCluster:
         return self.start()
@@ -414,6 +426,25 @@ def _wheel_java_opts(home: Path) -> str:
         if stripped.startswith("all: --add-exports"):
             return stripped[len("all: ") :]
     return ""
+
+
+def _pids_with_env(key: str, value: str) -> list[int]:
+    """Pids of other processes whose environment holds ``key=value`` ([] where /proc is missing)."""
+    needle = f"{key}={value}".encode()
+    found: list[int] = []
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return found
+    for entry in proc.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if needle in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return found
 
 
 def _read_pids(pid_dir: Path, kind: str) -> list[int]:

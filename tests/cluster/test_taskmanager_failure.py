@@ -24,6 +24,8 @@ def cluster(tmp_path):
     conf = {"heartbeat.interval": "1000", "heartbeat.timeout": "8000"}
     with StandaloneCluster(tmp_path / "flink", taskmanagers=2, slots_per_taskmanager=1, extra_conf=conf) as c:
         yield c
+    # The killed TaskManager's Python workers outlive it; stopping the cluster must not leave them behind.
+    assert c.leftover_processes() == []
 
 
 def committed_rows(uri: str) -> int:
