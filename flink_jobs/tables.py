@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 
@@ -16,10 +18,17 @@ def find_tables(root: str | Path) -> list[Path]:
 
 
 def table_summary(path: Path) -> tuple[int, int]:
-    """(row count, current version) of one table, counting rows from file statistics when present."""
+    """(row count, current version) of one table, counted from the log's file statistics when present.
+
+    Only a table with a file lacking ``numRecords`` is scanned. Reading the log keeps pyarrow's dataset
+    thread pool out of the CLI: a ``lakestream land`` run once aborted at interpreter exit ("terminate
+    called without an active exception") after a scan here.
+    """
     dt = DeltaTable(str(path))
-    rows = dt.to_pyarrow_dataset().count_rows()
-    return rows, dt.version()
+    counts = pa.table(dt.get_add_actions(flatten=True))["num_records"]
+    if counts.null_count == 0:
+        return int(pc.sum(counts).as_py() or 0), dt.version()
+    return dt.to_pyarrow_dataset().count_rows(), dt.version()
 
 
 def print_tables(root: str | Path) -> None:
