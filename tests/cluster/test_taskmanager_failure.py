@@ -39,10 +39,16 @@ def test_killed_taskmanager_is_replaced_and_nothing_is_lost_or_repeated(cluster,
     topic = "cluster.tmkill"
     create_topic(kafka, topic, partitions=2)
     producer = KafkaProducer(bootstrap_servers=kafka, acks="all")
+    # 6,000 records per subtask at >= 2 ms each: >= 12 s of input, so the kill below lands while both
+    # subtasks still read. With 2,000 a subtask had once finished its input and was waiting for its
+    # final checkpoint when its TaskManager died, and the job never failed over (README, Limitations).
+    values = [f"v{i}".encode() for i in range(12_000)]
+    futures = [producer.send(topic, value=v) for v in values]
+    producer.flush()
     sent = {}
-    for i in range(4000):
-        meta = producer.send(topic, value=f"v{i}".encode()).get(timeout=30)
-        sent[(meta.partition, meta.offset)] = f"v{i}".encode()
+    for value, future in zip(values, futures, strict=True):
+        meta = future.get(timeout=30)
+        sent[(meta.partition, meta.offset)] = value
     producer.close()
 
     uri = str(tmp_path / "table")
@@ -57,7 +63,7 @@ def test_killed_taskmanager_is_replaced_and_nothing_is_lost_or_repeated(cluster,
         assert time.monotonic() < deadline, "no commit before the kill"
         assert cluster.rest(f"/jobs/{job['jid']}")["state"] in ("CREATED", "RUNNING", "INITIALIZING")
         time.sleep(0.3)
-    assert committed_rows(uri) < len(sent), "the job finished before the TaskManager could be killed"
+    assert committed_rows(uri) < len(sent) // 2, "the job was too far along to kill it mid-stream"
     killed = cluster.kill_taskmanager()
     cluster.add_taskmanager()  # the job needs both slots back
 
