@@ -133,6 +133,66 @@ def run_ingest(
     return out
 
 
+def run_steady(
+    work: Path,
+    bootstrap: str,
+    *,
+    events: int,
+    repeat: int,
+    mode: str,
+    sets: list[str],
+    batch_rows: int | None,
+    tree: Path = ROOT,
+) -> dict[str, Any]:
+    """Steady-state rate: bounded runs over a backlog long enough for several mid-run checkpoints.
+
+    The 1M-event runs end after one or two checkpoints, so their rates include start and end of input;
+    here ``events`` fresh-keyed events (``benchmarks.steady``) fill topics of their own and each run's
+    rate is taken between its first and last mid-run checkpoint commits.
+    """
+    from benchmarks import steady
+    from benchmarks.unbounded import SOURCES
+    from benchmarks.workload import PARTITIONS
+    from lakestream.kafka_broker import create_topic
+
+    topics = {src: f"steady.{src}" for src in SOURCES}
+    for t in topics.values():
+        create_topic(bootstrap, t, partitions=PARTITIONS)
+    t0 = time.monotonic()
+    sent = steady.produce_input(bootstrap, topics, events)
+    produce_s = round(time.monotonic() - t0, 1)
+    out: dict[str, Any] = {"events": sent, "generate_and_produce_s": produce_s, "runs": []}
+    print(f"  steady input: {sent} events in {out['generate_and_produce_s']}s", flush=True)
+    wl = Workload(events=sent, per_topic={}, malformed=0, orders_expected=0, produce_s=0.0, generate_s=0.0)
+    env = {f"LAKESTREAM__KAFKA__TOPICS__{src.upper()}": t for src, t in topics.items()}
+    for rep in range(repeat):
+        label = f"steady-{mode}-{rep}"
+        r = run_ingest(
+            work,
+            bootstrap,
+            wl,
+            label=label,
+            mode=mode,
+            env_over=env,
+            sets=sets,
+            batch_rows=batch_rows,
+            verify=False,
+            tree=tree,
+        )
+        if "execute_s" in r:
+            lh = work / f"ingest-{label}" / "lakehouse"
+            ingested = table_rows(lh, "bronze/order_events") + table_rows(lh, "quarantine/order_events")
+            r["all_ingested"] = ingested == sent
+            r["steady"] = steady.measure(lh)
+        out["runs"].append(r)
+        print(
+            f"  lakestream steady #{rep}: {r.get('steady')}, all ingested {r.get('all_ingested')}"
+            + (f"\n{r['error']}" if "error" in r else ""),
+            flush=True,
+        )
+    return out
+
+
 def run_spark(
     work: Path, bootstrap: str, topics: dict[str, str], *, label: str, timeout: float = 1800
 ) -> dict[str, Any]:
@@ -255,6 +315,12 @@ def main(argv: list[str] | None = None) -> int:
         help="memory-flat run: unbounded ingest at steady input for M minutes, first mode only (0 = skip)",
     )
     p.add_argument("--memory-rate", type=int, default=2000, help="events/s of the memory-flat run")
+    p.add_argument(
+        "--steady-events",
+        type=int,
+        default=2_500_000,
+        help="backlog of the steady-state runs (several checkpoints long; 0 = skip)",
+    )
     p.add_argument("--set", action="append", default=[], help="extra Flink setting for lakestream runs")
     p.add_argument("--batch-rows", type=int)
     p.add_argument("--no-readme", action="store_true")
@@ -296,6 +362,7 @@ def main(argv: list[str] | None = None) -> int:
             "batch_rows": a.batch_rows,
             "latency": {"rate": a.latency_rate, "seconds": a.latency_seconds, "skipped": a.skip_latency},
             "memory": {"minutes": a.memory_minutes, "rate": a.memory_rate},
+            "steady_events": a.steady_events,
             "flink": {k: str(v) for k, v in dataclasses.asdict(cfg.flink).items()},
         },
     }
@@ -344,6 +411,17 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
         results["ingest"] = ingest
+        if a.steady_events > 0:
+            results["steady"] = run_steady(
+                work,
+                bootstrap,
+                events=a.steady_events,
+                repeat=a.repeat,
+                mode=modes[0],
+                sets=a.set,
+                batch_rows=a.batch_rows,
+                tree=trees[modes[0]],
+            )
 
         ok_runs = [r for rs in ingest.values() for r in rs if r.get("exactly_once_ok")]
         base["delta_append"] = []

@@ -41,6 +41,13 @@ def summarize(results: dict[str, Any], spread: Callable[[list[float]], dict[str,
         s[f"lakestream_{mode}_startup_s"] = spread([r["startup_s"] for r in runs if "startup_s" in r])
         s[f"lakestream_{mode}_exactly_once"] = all(r.get("exactly_once_ok") for r in runs) if runs else None
         s[f"lakestream_{mode}_jvm_start_s"] = spread([r["jvm_start_s"] for r in runs if "jvm_start_s" in r])
+    steady_runs = (results.get("steady") or {}).get("runs", [])
+    if steady_runs:
+        mode = results["settings"]["modes"][0]
+        s[f"lakestream_{mode}_steady"] = spread(
+            [float(r["steady"]["events_per_s"]) for r in steady_runs if r.get("steady")]
+        )
+        s[f"lakestream_{mode}_steady_all_ingested"] = all(r.get("all_ingested") for r in steady_runs)
     return s
 
 
@@ -116,6 +123,7 @@ def markdown(results: dict[str, Any]) -> str:
             f"| {name} | {_fmt(x)} | {ratio(x, conf)} | {ratio(x, spark)} | {_fmt(sus)} | "
             f"{ratio(sus, spark_sustained)} | {note} |"
         )
+    lines += _steady_lines(results, spark_sustained)
     sp = results.get("baselines", {}).get("spark", [])
     if sp:
         peak = max((r["memory"]["peak_mib"].get("total", 0) for r in sp), default=0)
@@ -159,6 +167,31 @@ def markdown(results: dict[str, Any]) -> str:
         "durations. Ratios are against baselines of the same run."
     )
     return "\n".join(lines) + "\n"
+
+
+def _steady_lines(results: dict[str, Any], spark_sustained: float | None) -> list[str]:
+    """The steady-state sentence: checkpoint-to-checkpoint rate over a long backlog."""
+    st = results.get("steady") or {}
+    runs = st.get("runs", [])
+    if not runs:
+        return []
+    mode = results["settings"]["modes"][0]
+    x = results["summary"].get(f"lakestream_{mode}_steady", {})
+    spans = ", ".join(
+        f"checkpoints {r['steady']['from_checkpoint']}->{r['steady']['to_checkpoint']} "
+        f"{r['steady']['events']:,} events in {r['steady']['seconds']} s"
+        for r in runs
+        if r.get("steady")
+    )
+    vs = f"{x['median'] / spark_sustained:.2f}x Spark sustained" if x and spark_sustained else "–"
+    return [
+        "",
+        f"**Steady state** ({mode} mode, bounded runs over a backlog of {st.get('events', 0):,} fresh-keyed "
+        f"events, rate from the first to the last checkpoint committed before the end of input: every "
+        f"table's commit and the silver MERGE inside the interval): {_fmt(x)} events/s ({vs}); "
+        f"all events ingested: {results['summary'].get(f'lakestream_{mode}_steady_all_ingested')}; "
+        f"{spans or 'no run had two mid-run checkpoints'}.",
+    ]
 
 
 def _source_lag_lines(sl: dict[str, Any] | None, sf: dict[str, Any] | None) -> list[str]:
