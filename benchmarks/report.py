@@ -12,7 +12,8 @@ END = "<!-- bench:end -->"
 INTRO = """`make bench` installs the `bench` extra (pyspark 3.5.7, delta-spark 3.3.2, confluent-kafka, psutil,
 py-spy), copies the Spark connector jars (Maven profile `spark-bench`, `jvm/target/lib/spark/`) and runs
 `python -m benchmarks` (`--events N`, `--skip-spark`, `--out DIR`, `--repeat`, `--modes process,thread`,
-`--set flink.key=value`, `--batch-rows`, `--latency-rate`, `--memory-minutes M --memory-rate R`;
+`--set flink.key=value`, `--batch-rows`, `--latency-rate`, `--memory-minutes M --memory-rate R`,
+`--steady-events N`;
 `make bench BENCH_ARGS='--events 100000'`). Everything runs on one local KRaft broker with the same
 seeded messy events; each lakestream and Spark run is its own process (own JVM), RSS sampled over its
 process tree. Full results: `.lakestream/bench/results.json`.
