@@ -155,6 +155,7 @@ def build_ingest_job(
         starting_offsets=cfg.kafka.starting_offsets,
         bounded=bounded,
         end_offsets=end_offsets,
+        consumer_properties=cfg.kafka.consumer,
         name="kafka source records",
         uid="ingest-kafka-source",
     )

@@ -7,7 +7,7 @@ instead of failing inside a deserializer, and bronze keeps full lineage.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
 
 from lakestream.config import ConfigError
@@ -32,10 +32,14 @@ def kafka_records(
     starting_offsets: StartingOffsets = "committed",
     bounded: bool = False,
     end_offsets: EndOffsets | None = None,
+    consumer_properties: Mapping[str, str] | None = None,
     name: str = "kafka-source",
     uid: str = "kafka-source",
 ) -> DataStream:
     """A Kafka source over ``topics``.
+
+    ``consumer_properties`` are extra consumer and ``source.reader.*`` properties (``kafka.consumer``;
+    ``lakestream.config`` refuses the ones set here).
 
     ``bounded`` stops at ``end_offsets`` (see :func:`snapshot_end_offsets`), or at the latest offsets
     the source sees when it starts if none are given (the ``--bounded`` run).
@@ -64,7 +68,11 @@ def kafka_records(
         .set_topics(*topics)
         .set_group_id(group_id)
         .set_starting_offsets(starting)
-        .set_property("commit.offsets.on.checkpoint", "true")
+    )
+    for key, value in sorted((consumer_properties or {}).items()):
+        builder = builder.set_property(key, value)
+    builder = (
+        builder.set_property("commit.offsets.on.checkpoint", "true")
         .set_property("partition.discovery.interval.ms", "0" if bounded else "30000")
         .set_property("client.id.prefix", group_id)
     )

@@ -64,6 +64,7 @@ def build_landing_job(
         starting_offsets=starting_offsets,
         bounded=bounded,
         end_offsets=end_offsets,
+        consumer_properties=cfg.kafka.consumer,
         name="kafka records",
         uid="land-kafka-source",
     )

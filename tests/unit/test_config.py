@@ -45,6 +45,10 @@ def test_env_overrides_file_and_parses_types(tmp_path):
         ('[flink]\njvm_options = ["-Xmx1g -Xss2m"]\n', "flink.jvm_options.*one JVM option"),
         ('[flink]\njvm_options = ["Xmx1g"]\n', "flink.jvm_options.*starting with '-'"),
         ('[flink]\njvm_options = "-Xmx1g"\n', "flink.jvm_options: expected an array"),
+        ('[kafka.consumer]\n"group.id" = "g"\n', "kafka.consumer: group.id cannot be set.*kafka.group_id"),
+        ('[kafka.consumer]\n"enable.auto.commit" = "true"\n', "enable.auto.commit cannot be set"),
+        ('[kafka.consumer]\n"fetch.max.bytes" = 1.5\n', "kafka.consumer: expected a table of strings"),
+        ('[kafka.consumer]\n"max poll" = "1"\n', "kafka.consumer: property names"),
     ],
 )
 def test_bad_values_name_the_key(tmp_path, text, needle):
@@ -99,3 +103,13 @@ def test_thread_mode_is_refused_with_the_reason():
     cfg = load_config(environ={"LAKESTREAM__FLINK__PYTHON_EXECUTION_MODE": "thread"})
     with pytest.raises(FlinkRuntimeError, match="not supported yet.*Use 'process'"):
         build_env(cfg.flink, jars=[])
+
+
+def test_consumer_properties_merge_over_the_defaults(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text('[kafka.consumer]\n"max.poll.records" = 800\n"security.protocol" = "SSL"\n')
+    cfg = load_config(f, environ={"LAKESTREAM__KAFKA__CONSUMER__FETCH.MAX.BYTES": "1048576"})
+    assert cfg.kafka.consumer["max.poll.records"] == "800"  # a whole number is taken as its text
+    assert cfg.kafka.consumer["security.protocol"] == "SSL"
+    assert cfg.kafka.consumer["fetch.max.bytes"] == "1048576"
+    assert cfg.kafka.consumer["source.reader.element.queue.capacity"] == "8"  # default kept
