@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-#: Checkpoint id of end-of-input commits (``sinks.writer.EOI_CHECKPOINT_ID``): not a steady-state one.
-EOI_CHECKPOINT_ID = 2**63 - 1
+from sinks.writer import EOI_CHECKPOINT_ID  # end-of-input commits: not a steady-state checkpoint
+
 #: Tables whose rows are the input events (each Kafka record is in exactly one of them).
 INPUT_TABLES = ("bronze/order_events", "quarantine/order_events")
 #: Tables whose commits must all have landed for a checkpoint to count as committed.
