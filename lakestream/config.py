@@ -86,7 +86,7 @@ class KafkaConfig:
     #: key by key over these defaults. Measured on 2 cores (README, performance): the consumer's defaults
     #: (500 records per poll, 1 MiB per partition and fetch, a 2-poll hand-off queue) made the source task
     #: refill the standardise worker in small steps after every Beam bundle; these cut the standardise
-    #: phase of a 484k-event run by ~9% (5 of 5 paired runs faster). Memory: at most 8 queued polls of
+    #: phase of a 484k-event run by ~9% (7 of 7 paired runs faster). Memory: at most 8 queued polls of
     #: 5,000 records plus 4 MiB per partition per subtask.
     consumer: Mapping[str, str] = field(
         default_factory=lambda: {
