@@ -348,12 +348,16 @@ class StandaloneCluster:
                 os.kill(p, signal.SIGKILL)
         # A TaskManager killed with SIGKILL leaves its PyFlink Python workers running (they keep waiting
         # on the dead JVM's gRPC channel, re-parented to init); they carry this cluster's configuration
-        # folder in their environment, which is how they are found.
-        for p in self.leftover_processes():
-            try:
-                os.kill(p, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        # folder in their environment, which is how they are found. A SIGKILLed process is still listed
+        # until the kernel has torn it down, so wait (and kill again) until none is left.
+        deadline = time.monotonic() + 15
+        while (leftovers := self.leftover_processes()) and time.monotonic() < deadline:
+            for p in leftovers:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.1)
 
     def leftover_processes(self) -> list[int]:
         """Pids of processes started for this cluster (``FLINK_CONF_DIR`` = its conf folder), Linux only."""
