@@ -169,12 +169,14 @@ def build_ingest_job(
                 f"tables.{layer}_partition_by: {', '.join(unknown)} not a column of {table}; "
                 f"choose from {', '.join(schema.names)}"
             )
+        merged = options.get("mode", "append") != "append"
+        size_mb = cfg.tables.merge_target_file_size_mb if merged else cfg.tables.target_file_size_mb
         return DeltaSinkSpec(
             table_uri=cfg.lakehouse.table_uri(table),
             app_prefix=f"{job_name}/{table}",
             schema=schema,
             partition_by=partition_by,
-            target_file_size=cfg.tables.target_file_size_mb * 1024 * 1024,
+            target_file_size=size_mb * 1024 * 1024,
             **options,
         )
 

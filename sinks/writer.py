@@ -23,8 +23,9 @@ Protocol
        action per app id (version = its highest n in the commit). Append: ``add`` actions of the staged
        files. Merge: the staged sources are concatenated in checkpoint order, pre-reduced per key with
        the MERGE's own guard (``sinks.merge_spec``) and applied by ONE MERGE that carries the txn
-       actions. Then the manifests (and merge sources) are deleted. A COMMIT for a subsumed checkpoint
-       may never come: COMMIT(n) includes everything <= n. Repeated or late COMMITs find nothing to do.
+       actions (its files split at ``target_file_size``, the table property ``delta.targetFileSize``).
+       Then the manifests (and merge sources) are deleted. A COMMIT for a subsumed checkpoint may never
+       come: COMMIT(n) includes everything <= n. Repeated or late COMMITs find nothing to do.
     4. Before every commit attempt the snapshot is refreshed and manifests whose app id already has
        txn version >= n are treated as committed (only cleaned up): delta-rs does not refuse a commit
        whose txn version is already recorded (delta-io/delta-rs#2580), so this check is ours. It is
@@ -131,6 +132,8 @@ WriteMode = Literal["append", "merge", "upsert"]
 #: Checkpoint id of the END_OF_INPUT commit (Flink's ``CommittableMessage.EOI`` is Long.MAX_VALUE too).
 EOI_CHECKPOINT_ID = 2**63 - 1
 DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
+#: Table property delta-rs' MERGE splits its output files by (it has no per-call setting).
+TARGET_FILE_SIZE_PROPERTY = "delta.targetFileSize"
 #: File name suffix of staged MERGE sources (Arrow IPC file format).
 MERGE_SOURCE_SUFFIX = ".arrow"
 
@@ -234,6 +237,8 @@ class TwoPhaseDeltaWriter:
         r = restored_checkpoint_id
         self._run_id, self._subtask, self._parallelism = run_id, subtask, parallelism
         dt = self._ensure_table()
+        if self.mode != "append" and subtask == 0:
+            dt = self._ensure_merge_file_size(dt)
         own_version = dt.transaction_version(self.app_id)
         if own_version is not None and (r is None or own_version > r):
             if own_version != EOI_CHECKPOINT_ID:
@@ -664,6 +669,11 @@ class TwoPhaseDeltaWriter:
                     partition_by=self.partition_by or None,
                     mode="ignore",
                     storage_options=self.storage_options,
+                    configuration=(
+                        None
+                        if self.mode == "append"
+                        else {TARGET_FILE_SIZE_PROPERTY: str(self.target_file_size)}
+                    ),
                 )
             except DeltaError as exc:  # another subtask won the creation race
                 log.info("%s: table creation raced (%s); opening it", self.app_prefix, exc)
@@ -671,6 +681,28 @@ class TwoPhaseDeltaWriter:
         self._check_table(dt)
         self._table = dt
         return dt
+
+    def _ensure_merge_file_size(self, dt: DeltaTable) -> DeltaTable:
+        """Give a merge/upsert table our ``target_file_size`` as ``delta.targetFileSize`` (subtask 0).
+
+        A MERGE is copy-on-write: it rewrites every file holding a matched key, and delta-rs writes its
+        output at ``delta.targetFileSize`` (100 MB when unset). Files of that size made each silver MERGE
+        rewrite one big file on one core; several smaller ones are scanned and written in parallel.
+        Tables created by this writer get the property at creation; an existing table whose value
+        differs gets it here. It only shapes files, so a conflicting concurrent commit is logged and the
+        next OPEN tries again.
+        """
+        want = str(self.target_file_size)
+        have = dt.metadata().configuration.get(TARGET_FILE_SIZE_PROPERTY)
+        if have == want:
+            return dt
+        try:
+            dt.alter.set_table_properties({TARGET_FILE_SIZE_PROPERTY: want})
+        except CommitFailedError as exc:
+            log.warning("%s: could not set %s=%s (%s)", self.app_prefix, TARGET_FILE_SIZE_PROPERTY, want, exc)
+            return dt
+        log.info("%s: set %s=%s (was %s)", self.app_prefix, TARGET_FILE_SIZE_PROPERTY, want, have)
+        return self._refresh()
 
     def _check_table(self, dt: DeltaTable) -> None:
         want = _field_types(DeltaSchema.from_arrow(self.schema).to_json())

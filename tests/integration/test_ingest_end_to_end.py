@@ -462,6 +462,13 @@ def test_ingest_bounded_tables_equal_expectations(kafka: str, lakehouse: Path, t
     for table in (*expected_counts(records), "silver/orders"):
         assert table in out.stdout
     assert_tables(lakehouse, records)
+    # Silver is rewritten by every MERGE, so its files are smaller ([tables] merge_target_file_size_mb).
+    props = {
+        t: DeltaTable(str(lakehouse / t)).metadata().configuration
+        for t in ("silver/orders", "bronze/order_events")
+    }
+    assert props["silver/orders"].get("delta.targetFileSize") == str(16 * 1024 * 1024)
+    assert "delta.targetFileSize" not in props["bronze/order_events"]
 
     # The run finished with its extent committed to the consumer group: a second run adds nothing.
     consumer = KafkaConsumer(bootstrap_servers=kafka, group_id=env["LAKESTREAM__KAFKA__GROUP_ID"])

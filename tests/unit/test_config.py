@@ -97,6 +97,16 @@ def test_table_layout_per_layer():
         load_config(environ={"LAKESTREAM__TABLES__BRONZE_PARTITION_BY": '[""]'})
 
 
+def test_file_sizes_per_write_mode():
+    cfg = load_config()
+    assert (cfg.tables.target_file_size_mb, cfg.tables.merge_target_file_size_mb) == (128, 16)
+    cfg = load_config(environ={"LAKESTREAM__TABLES__MERGE_TARGET_FILE_SIZE_MB": "64"})
+    assert cfg.tables.merge_target_file_size_mb == 64
+    for key in ("TARGET_FILE_SIZE_MB", "MERGE_TARGET_FILE_SIZE_MB"):
+        with pytest.raises(ConfigError, match=f"tables.{key.lower()}: must be at least 1"):
+            load_config(environ={f"LAKESTREAM__TABLES__{key}": "0"})
+
+
 def test_thread_mode_is_refused_with_the_reason():
     from lakestream.flink_runtime import FlinkRuntimeError, build_env
 

@@ -485,3 +485,55 @@ def test_null_keys_are_refused(tmp_path: Path) -> None:
     w = open_writer(tmp_path / "kv", restored=None, schema=KV, mode="upsert", merge=MergeSpec(keys=("id",)))
     with pytest.raises(KeyNullError, match="'id' has 1 null"):
         w.write(batch([{"id": None, "v": "a", "w": "x"}], KV))
+
+
+# ---------------------------------------------------------------- file size of MERGE output
+
+
+def _file_size_property(table: Path) -> str | None:
+    return DeltaTable(str(table)).metadata().configuration.get("delta.targetFileSize")
+
+
+def _many_orders(n: int) -> list[dict[str, Any]]:
+    rng = random.Random(7)
+    return [
+        event(f"o{i:06d}", f"e{rng.getrandbits(128):032x}", 1, address=f"{rng.getrandbits(128):032x}")
+        for i in range(n)
+    ]
+
+
+def test_merge_output_is_split_at_the_target_file_size(tmp_path: Path) -> None:
+    small, large = tmp_path / "small", tmp_path / "large"
+    rows = _many_orders(20_000)
+    for table, size in ((small, 256 * 1024), (large, 128 * 1024 * 1024)):
+        w = silver_writer(table, None, target_file_size=size)
+        assert _file_size_property(table) == str(size) and table_version(table) == 0  # set by the CREATE
+        w.write(batch(rows))
+        w.prepare(1)
+        w.commit(1)
+    assert len(DeltaTable(str(large)).file_uris()) == 1
+    assert len(DeltaTable(str(small)).file_uris()) > 1  # the MERGE itself split its output
+    assert_silver(small, fold(rows, SPEC, SILVER))
+
+
+def test_an_existing_merge_table_gets_the_file_size_at_open_from_subtask_0(tmp_path: Path) -> None:
+    t = tmp_path / "silver"
+    DeltaTable.create(str(t), schema=SILVER)
+    version = table_version(t)
+    silver_writer(t, None, subtask=1, parallelism=2, target_file_size=1 << 20)
+    assert _file_size_property(t) is None and table_version(t) == version  # not subtask 1's business
+    w = silver_writer(t, None, subtask=0, parallelism=2, target_file_size=1 << 20)
+    assert _file_size_property(t) == str(1 << 20) and table_version(t) == version + 1
+    silver_writer(t, None, run_id="run-2", target_file_size=1 << 20)
+    assert table_version(t) == version + 1  # already right: no further commit
+    rows = [event("o1", "e1", 1, status="paid")]
+    w.write(batch(rows))
+    w.prepare(1)
+    w.commit(1)
+    assert_silver(t, fold(rows, SPEC, SILVER))
+
+
+def test_append_tables_get_no_file_size_property(tmp_path: Path) -> None:
+    t = tmp_path / "kv"
+    open_writer(t, restored=None, schema=KV, target_file_size=1 << 20)
+    assert _file_size_property(t) is None
