@@ -22,6 +22,16 @@ from pathlib import Path
 SOURCES = ("orders_db", "payments", "logistics", "behaviour")
 
 
+def source_topics(bootstrap: str, prefix: str, *, partitions: int) -> tuple[dict[str, str], dict[str, str]]:
+    """Create ``<prefix><source>`` for every source; return them and the overrides that point ingest there."""
+    from lakestream.kafka_broker import create_topic
+
+    topics = {s: f"{prefix}{s}" for s in SOURCES}
+    for t in topics.values():
+        create_topic(bootstrap, t, partitions=partitions)
+    return topics, {f"LAKESTREAM__KAFKA__TOPICS__{s.upper()}": t for s, t in topics.items()}
+
+
 def child_env(**overrides: str) -> dict[str, str]:
     """The parent's environment minus its own lakestream overrides, plus the run's."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESTREAM__")}
@@ -120,16 +130,11 @@ def unbounded_ingest(
     tree: Path,
 ) -> Iterator[UnboundedIngest]:
     """Fresh topics (2 partitions each), then the unbounded run in ``work/label``; stopped on exit."""
-    from lakestream.kafka_broker import create_topic
-
     run_dir = work / label
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
     suffix = str(time.time_ns())
-    topics = {s: f"{topic_prefix}{suffix}.{s}" for s in SOURCES}
-    for t in topics.values():
-        create_topic(bootstrap, t, partitions=2)
-    env = {f"LAKESTREAM__KAFKA__TOPICS__{s.upper()}": t for s, t in topics.items()}
+    topics, env = source_topics(bootstrap, f"{topic_prefix}{suffix}.", partitions=2)
     env.update(env_over)
     cmd = ingest_run_cmd(
         bootstrap, run_dir, group_id=f"bench-{label}-{suffix}", mode=mode, sets=sets, unbounded=True

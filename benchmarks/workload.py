@@ -6,7 +6,7 @@ Every measurement of a run reads these same topics (or the same rows), so ratios
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,6 +130,23 @@ def distinct_count(root: Path, table: str, columns: list[str]) -> int:
     if len(columns) == 1:
         return len(pc.unique(t.column(columns[0])))
     return t.group_by(columns).aggregate([]).num_rows
+
+
+def last_commit_epoch_s(root: Path, tables: Sequence[str]) -> float | None:
+    """Wall clock (epoch s) of the newest commit over ``tables``: when everything was committed.
+
+    Delta's commit timestamps; a bounded ingest's last one is its end-of-input commit (the silver
+    MERGE), after which Flink only tears the job down. ``None`` if no table has a commit.
+    """
+    from deltalake import DeltaTable
+
+    stamps = [
+        entry["timestamp"] / 1000
+        for table in tables
+        for entry in DeltaTable(str(root / table)).history(1)
+        if "timestamp" in entry
+    ]
+    return max(stamps) if stamps else None
 
 
 def first_ingest_epoch_s(root: Path, table: str = "bronze/order_events") -> float | None:
