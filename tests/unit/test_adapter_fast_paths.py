@@ -20,11 +20,9 @@ from functools import partial
 from typing import Any
 from zoneinfo import ZoneInfo
 
-import json_strategies
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_adapters import BEHAVIOUR, LOGISTICS, ORDER
 
 from lakestream.adapters import ADAPTERS, get_adapter, parsing
 from lakestream.adapters.parsing import (
@@ -49,6 +47,8 @@ from lakestream.adapters.parsing import (
 from lakestream.adapters.settings import DEFAULT_SETTINGS
 from lakestream.quality import QualityRules, classify
 from lakestream.standard import EVENT_COLUMNS, StandardEvent, _new_event
+from tests.support import json_strategies
+from tests.support.adapter_samples import BEHAVIOUR, LOGISTICS, ORDER
 
 UTC = timezone.utc
 ZONES: list[tzinfo | None] = [

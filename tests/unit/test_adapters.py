@@ -5,7 +5,6 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 
-import json_strategies
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -18,6 +17,8 @@ from lakestream.adapters import (
     get_adapter,
 )
 from lakestream.standard import Rejected, StandardEvent
+from tests.support import json_strategies
+from tests.support.adapter_samples import BEHAVIOUR, LOGISTICS, ORDER, PAYMENT
 
 UTC = timezone.utc
 COORDS: dict[str, Any] = {"topic": "t", "partition": 3, "offset": 42}
@@ -44,18 +45,6 @@ def rejected(source: str, payload: Any, **kwargs: Any) -> str:
     return result.reason
 
 
-ORDER = {
-    "op": "c",
-    "order_id": "1001",
-    "user_id": "u1",
-    "amount": "99.00",
-    "status": "created",
-    "address": "Chaoyang",
-    "updated_at": "2024-06-01 12:00:00",
-}
-PAYMENT = {"payId": "P1", "orderId": "1001", "payMoney": 9900, "paidAt": 1717214400123}
-LOGISTICS = {"trackingNo": "SF1", "order": "1001", "state": "in_transit", "ts": "2024-06-01T12:30:00+08:00"}
-BEHAVIOUR = {"uid": "u1", "event": "view", "orderId": "1001", "ts": 1717214400000}
 
 
 # --- registry -------------------------------------------------------------------------------------------

@@ -12,7 +12,11 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
-from test_delta_support import (
+
+from sinks.errors import CommitConflictError, StagedFileMissingError
+from sinks.retry_policy import RetryPolicy
+from sinks.writer import TwoPhaseDeltaWriter
+from tests.support.delta_tables import (
     assert_no_orphans,
     assert_same_rows,
     commits_with_app,
@@ -22,10 +26,6 @@ from test_delta_support import (
     staging_leftovers,
     txn_version,
 )
-
-from sinks.errors import CommitConflictError, StagedFileMissingError
-from sinks.retry_policy import RetryPolicy
-from sinks.writer import TwoPhaseDeltaWriter
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
 APP = "job:run-1:0"

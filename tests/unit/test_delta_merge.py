@@ -18,7 +18,14 @@ import pytest
 from deltalake import DeltaTable
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_delta_support import (
+
+from sinks.errors import KeyNullError
+from sinks.merge_reduce import reduce_guarded, reduce_latest
+from sinks.merge_spec import MergeSpec, MergeSpecError
+from sinks.retry_policy import RetryPolicy
+from sinks.staging import Manifest
+from sinks.writer import TwoPhaseDeltaWriter
+from tests.support.delta_tables import (
     SimulatedCrash,
     assert_no_orphans,
     assert_same_rows,
@@ -29,13 +36,6 @@ from test_delta_support import (
     table_version,
     txn_version,
 )
-
-from sinks.errors import KeyNullError
-from sinks.merge_reduce import reduce_guarded, reduce_latest
-from sinks.merge_spec import MergeSpec, MergeSpecError
-from sinks.retry_policy import RetryPolicy
-from sinks.staging import Manifest
-from sinks.writer import TwoPhaseDeltaWriter
 
 UTC = dt.timezone.utc
 TS = pa.timestamp("us", tz="UTC")

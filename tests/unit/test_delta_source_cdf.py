@@ -5,9 +5,9 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
-from test_delta_source_support import append, batch, create, drain, poll, reader_for
 
 from sources.errors import ChangeDataFeedNotEnabledError
+from tests.support.delta_source import append, batch, create, drain, poll, reader_for
 
 
 def change_rows(rows):

@@ -175,7 +175,7 @@ def test_metadata_column_clash_is_refused():
 
 
 def test_event_time_column_must_exist(tmp_path):
-    from test_delta_source_support import batch, create, reader_for
+    from tests.support.delta_source import batch, create, reader_for
 
     create(tmp_path / "t", batch([1]))
     with pytest.raises(SourceOptionsError, match="event_time_order: column 'ts' is not in the table"):

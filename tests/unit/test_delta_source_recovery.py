@@ -8,12 +8,12 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
-from test_delta_source_support import append, batch, create, drain, poll, reader_for
 
 from sources.errors import DataLossError, SchemaChangeError, SourceOptionsError
 from sources.offsets import SourceOffset
 from sources.options import DeltaSourceOptions
 from sources.stream_reader import DeltaStreamReader
+from tests.support.delta_source import append, batch, create, drain, poll, reader_for
 
 
 def vacuum_everything_removed(uri: Path) -> list[str]:

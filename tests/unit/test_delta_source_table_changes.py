@@ -9,12 +9,12 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
-from test_delta_source_support import append, batch, create, data_cols, drain, poll, reader_for
 
 from sources.errors import DataChangeError, DeltaSourceError, OffsetMismatchError, StartingPointError
 from sources.offsets import SourceOffset
 from sources.options import DeltaSourceOptions
 from sources.stream_reader import DeltaStreamReader
+from tests.support.delta_source import append, batch, create, data_cols, drain, poll, reader_for
 
 
 def test_snapshot_first_then_each_new_version_in_order(tmp_path):

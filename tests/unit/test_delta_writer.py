@@ -14,7 +14,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
-from test_delta_support import (
+
+from sinks.errors import (
+    BatchSchemaError,
+    MarkerOrderError,
+    RestoreBehindTableError,
+    TableSchemaError,
+)
+from sinks.staging import Manifest, StagedFile
+from sinks.writer import EOI_CHECKPOINT_ID, TwoPhaseDeltaWriter
+from tests.support.delta_tables import (
     SimulatedCrash,
     assert_no_orphans,
     assert_same_rows,
@@ -26,15 +35,6 @@ from test_delta_support import (
     table_version,
     txn_version,
 )
-
-from sinks.errors import (
-    BatchSchemaError,
-    MarkerOrderError,
-    RestoreBehindTableError,
-    TableSchemaError,
-)
-from sinks.staging import Manifest, StagedFile
-from sinks.writer import EOI_CHECKPOINT_ID, TwoPhaseDeltaWriter
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string()), ("p", pa.string())])
 KEYS = ["id"]
