@@ -90,18 +90,6 @@ SILVER_TABLE = "silver/orders"
 TABLES = (BRONZE_TABLE, QUARANTINE_TABLE, REVIEW_TABLE, LATE_TABLE, SILVER_TABLE)
 
 
-def silver_merge_spec() -> Any:
-    """The MERGE of ``silver/orders``: per-field guards, ids moving with their values (see silver)."""
-    from lakestream.silver import LAST_EVENT_ID, LAST_EVENT_TIME, SILVER_EIDS, SILVER_GUARDED, SILVER_KEY
-    from sinks.merge_spec import MergeSpec
-
-    companions = {f: (eid,) for f, eid in SILVER_EIDS.items()}
-    companions[LAST_EVENT_TIME] = (LAST_EVENT_ID,)
-    return MergeSpec(
-        keys=SILVER_KEY, guarded=SILVER_GUARDED, greatest=(LAST_EVENT_TIME,), companions=companions
-    )
-
-
 def build_ingest_job(
     cfg: Config,
     *,
@@ -126,7 +114,7 @@ def build_ingest_job(
     from lakestream.adapters import AdapterSettings
     from lakestream.flink_runtime import build_env
     from lakestream.quality import QualityRules
-    from lakestream.silver import SILVER_SCHEMA
+    from lakestream.silver import SILVER_MERGE, SILVER_SCHEMA
     from lakestream.standard import BRONZE_SCHEMA, LATE_SCHEMA, QUARANTINE_SCHEMA
     from udfs.checkpoint_markers import discard, kafka_batches_with_markers, with_checkpoint_markers
     from udfs.delta_sink import DeltaSinkSpec
@@ -222,7 +210,7 @@ def build_ingest_job(
                 dedup_ttl=et.dedup_ttl,
                 tables={
                     LATE: spec(LATE_TABLE, LATE_SCHEMA),
-                    SILVER: spec(SILVER_TABLE, SILVER_SCHEMA, mode="merge", merge=silver_merge_spec()),
+                    SILVER: spec(SILVER_TABLE, SILVER_SCHEMA, mode="merge", merge=SILVER_MERGE),
                 },
             ),
             output_type=Types.STRING(),

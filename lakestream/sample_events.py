@@ -3,8 +3,8 @@
 Used by the demo, the integration tests and the benchmarks. It speaks each raw source's own dialect
 (local-time strings, fen, epoch millis, ISO with offsets) and adds the mess lakestream exists for:
 duplicate deliveries, out-of-order arrival, events hours late, malformed payloads and suspicious
-values. The ground truth is computed here from the generator's own model, independently of
-``lakestream.resolution``, so tests compare two implementations rather than one with itself.
+values. Each event records what it sets on its order (``SourceEvent.sets``), the generator's own model,
+from which the tests' oracle derives the expected silver table.
 """
 
 from __future__ import annotations
@@ -173,26 +173,6 @@ def by_source(events: list[SourceEvent]) -> dict[str, list[SourceEvent]]:
     for ev in events:
         out[ev.source].append(ev)
     return out
-
-
-def expected_silver(events: list[SourceEvent]) -> dict[str, dict[str, Any]]:
-    """Ground truth per order: for each field, the value of the newest event time that set it.
-
-    Ties cannot occur in generated data (event times differ per order), so arrival order does not
-    matter here; duplicates and late events change nothing by construction.
-    """
-    best: dict[str, dict[str, tuple[datetime, Any]]] = {}
-    for ev in events:
-        if ev.malformed or ev.order_id is None or ev.event_time is None:
-            continue
-        fields = best.setdefault(ev.order_id, {})
-        for name, value in ev.sets.items():
-            if value is None:
-                continue
-            current = fields.get(name)
-            if current is None or ev.event_time >= current[0]:
-                fields[name] = (ev.event_time, value)
-    return {oid: {k: v for k, (_, v) in f.items()} for oid, f in best.items() if f}
 
 
 def produce(bootstrap_servers: str, topics: dict[str, str], events: list[SourceEvent]) -> dict[str, int]:

@@ -1,53 +1,35 @@
 """The ``silver/orders`` table: one row per order, every field stamped with the event that set it.
 
-Each resolved field ``F`` has three columns: ``F`` (value), ``F__ts`` (event time that set it) and
-``F__eid`` (event id that set it). Keeping the time *per field* is what makes merging order-independent:
-a payment at 12:03 and an address change at 12:05 touch different fields, so neither can clobber the
-other, and a late 10:00 record loses field by field against anything newer.
-
-The Delta MERGE (``sinks.merge_spec``) and the in-memory rules (``lakestream.resolution``) must apply the
-same guard, implemented here on rows by ``merge_rows``; per field::
-
-    set F = s.F, F__ts = s.F__ts, F__eid = s.F__eid
-    when s.F is not null and (t.F__ts is null or s.F__ts >= t.F__ts)
-
-and ``last_event_time`` is a "greatest" column guarded by itself, ``last_event_id`` moving with it::
-
-    set last_event_time = s.last_event_time, last_event_id = s.last_event_id
-    when s.last_event_time is not null
-     and (t.last_event_time is null or s.last_event_time >= t.last_event_time)
-
-so ``last_event_time`` is the max over the field times and ``last_event_id`` the event that set it (on
-equal times, the later arrival, like the fields). ``SILVER_GUARDED``, ``SILVER_GREATEST`` and
-``SILVER_COMPANIONS`` describe exactly this for the Delta writer's MERGE spec.
-This rule is associative (it keeps, per field, the *last-arriving among the newest*), so pre-reducing a
-micro-batch per key with ``merge_rows`` and then MERGE-ing gives exactly the row that folding the events one
-by one would; re-running a MERGE with the same source is a no-op (idempotent). Ties (equal ``F__ts``) go to
-the later arrival, so only tied events are order-sensitive.
+Three definitions, each in one place: the columns (``SILVER_SCHEMA``: per resolved field ``F`` its value,
+``F__ts`` and ``F__eid``), which event offers which field (``FIELD_OFFERS``), and the rule that folds
+offers into a row (``SILVER_MERGE``, a ``MergeSpec``: per field the newest event time wins, ties to the
+later arrival, a null never erases; DESIGN.md section 2). ``silver_source`` interprets the offers on
+Arrow batches of standard events and yields the partial rows that the rule folds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from lakestream.standard import AMOUNT, TIMESTAMP
-
-#: Resolved fields, in column order.
-RESOLVED_FIELDS: tuple[str, ...] = (
-    "user_id",
-    "status",
-    "amount",
-    "paid_amount",
-    "address",
-    "logistics_state",
-    "created_time",
-    "deleted",
+from lakestream.merge_spec import MergeSpec
+from lakestream.standard import (
+    AMOUNT,
+    LOGISTICS,
+    ORDER_CREATED,
+    ORDER_DELETED,
+    ORDER_UPDATED,
+    PAYMENT,
+    TIMESTAMP,
+    Quality,
 )
-_VALUE_TYPES: Mapping[str, pa.DataType] = {
+
+#: Resolved fields, in column order, with their value types.
+FIELD_TYPES: Mapping[str, pa.DataType] = {
     "user_id": pa.string(),
     "status": pa.string(),
     "amount": AMOUNT,
@@ -57,21 +39,19 @@ _VALUE_TYPES: Mapping[str, pa.DataType] = {
     "created_time": TIMESTAMP,
     "deleted": pa.bool_(),
 }
-
+RESOLVED_FIELDS: tuple[str, ...] = tuple(FIELD_TYPES)
 SILVER_KEY: tuple[str, ...] = ("order_id",)
-#: Value column -> its event-time column (the MERGE guard's input).
-SILVER_GUARDED: Mapping[str, str] = {f: f"{f}__ts" for f in RESOLVED_FIELDS}
-#: Value column -> its event-id column.
-SILVER_EIDS: Mapping[str, str] = {f: f"{f}__eid" for f in RESOLVED_FIELDS}
 LAST_EVENT_TIME = "last_event_time"
 LAST_EVENT_ID = "last_event_id"
-#: Columns that keep the greater of source and target (ties: source), guarded by themselves.
-SILVER_GREATEST: tuple[str, ...] = (LAST_EVENT_TIME,)
-#: Guarded or greatest column -> the columns that move together with it.
-SILVER_COMPANIONS: Mapping[str, tuple[str, ...]] = {
-    **{f: (SILVER_EIDS[f],) for f in RESOLVED_FIELDS},
-    LAST_EVENT_TIME: (LAST_EVENT_ID,),
-}
+
+#: The MERGE rule of silver: ``F`` guarded by ``F__ts``, ``F__eid`` moving with it; ``last_event_time``
+#: keeps the greatest stamp, ``last_event_id`` moving with it.
+SILVER_MERGE: MergeSpec = MergeSpec.with_suffixes(
+    keys=SILVER_KEY,
+    fields=RESOLVED_FIELDS,
+    greatest=(LAST_EVENT_TIME,),
+    greatest_companions={LAST_EVENT_TIME: (LAST_EVENT_ID,)},
+)
 
 SILVER_SCHEMA: pa.Schema = pa.schema(
     [
@@ -80,9 +60,9 @@ SILVER_SCHEMA: pa.Schema = pa.schema(
             fld
             for f in RESOLVED_FIELDS
             for fld in (
-                pa.field(f, _VALUE_TYPES[f]),
-                pa.field(SILVER_GUARDED[f], TIMESTAMP),
-                pa.field(SILVER_EIDS[f], pa.string()),
+                pa.field(f, FIELD_TYPES[f]),
+                pa.field(SILVER_MERGE.guarded[f], TIMESTAMP),
+                *(pa.field(c, pa.string()) for c in SILVER_MERGE.companions[f]),
             )
         ),
         pa.field(LAST_EVENT_TIME, TIMESTAMP),
@@ -91,90 +71,90 @@ SILVER_SCHEMA: pa.Schema = pa.schema(
 )
 SILVER_COLUMNS: tuple[str, ...] = tuple(SILVER_SCHEMA.names)
 
-#: A silver row as a plain dict (column name -> Python value), the exchange format with Arrow and Flink.
-SilverRow = dict[str, Any]
-
-_TRIPLES: tuple[tuple[str, str, str], ...] = tuple(
-    (f, SILVER_GUARDED[f], SILVER_EIDS[f]) for f in RESOLVED_FIELDS
-)
+#: Quality tags whose events are applied: SUSPICIOUS ones (e.g. stamped in the future) would pin fields.
+SILVER_ACCEPTS: frozenset[Quality] = frozenset({"VALID"})
+PAID = "paid"
+ORDER_CHANGES: tuple[str, ...] = (ORDER_CREATED, ORDER_UPDATED, ORDER_DELETED)
 
 
-def wins(new_ts: datetime, old_ts: datetime | None) -> bool:
-    """The event-time guard: a value stamped ``new_ts`` replaces one stamped ``old_ts`` (ties: newcomer)."""
-    return old_ts is None or new_ts >= old_ts
+class Offer(NamedTuple):
+    """Events of ``event_types`` offer a field the event's ``column``, or ``constant`` when no column."""
+
+    event_types: tuple[str, ...]
+    column: str | None = None
+    constant: Any = None
 
 
-def empty_row(order_id: str) -> SilverRow:
-    """A row with the key set and every field null (no event has set anything yet)."""
-    row: SilverRow = dict.fromkeys(SILVER_COLUMNS)
-    row["order_id"] = order_id
-    return row
+#: Which event sets which field. Order changes carry the row image (a delete is a tombstone that an
+#: older update cannot lift, a newer re-create can); payments set what was paid; behaviour sets nothing.
+FIELD_OFFERS: Mapping[str, tuple[Offer, ...]] = {
+    "user_id": (Offer(ORDER_CHANGES, "user_id"),),
+    "status": (Offer(ORDER_CHANGES, "status"), Offer((PAYMENT,), constant=PAID)),
+    "amount": (Offer(ORDER_CHANGES, "amount"),),
+    "paid_amount": (Offer((PAYMENT,), "amount"),),
+    "address": (Offer(ORDER_CHANGES, "address"),),
+    "logistics_state": (Offer((LOGISTICS,), "logistics_state"),),
+    "created_time": (Offer((ORDER_CREATED,), "event_time"),),
+    "deleted": (
+        Offer((ORDER_CREATED, ORDER_UPDATED), constant=False),
+        Offer((ORDER_DELETED,), constant=True),
+    ),
+}
 
 
-def merge_rows(target: Mapping[str, Any] | None, source: Mapping[str, Any]) -> SilverRow:
-    """Apply the MERGE guard of ``source`` onto ``target`` (``None`` = not matched: insert), as a new row.
+def _check_offers() -> None:
+    if tuple(FIELD_OFFERS) != RESOLVED_FIELDS:
+        raise AssertionError(f"FIELD_OFFERS must list {RESOLVED_FIELDS} in order, has {tuple(FIELD_OFFERS)}")
+    for f, offers in FIELD_OFFERS.items():
+        types = [t for o in offers for t in o.event_types]
+        if len(types) != len(set(types)):
+            raise AssertionError(f"FIELD_OFFERS[{f!r}]: an event type offers the field twice")
+        if any((o.column is None) == (o.constant is None) for o in offers):
+            raise AssertionError(f"FIELD_OFFERS[{f!r}]: each offer needs a column or a constant")
 
-    Used to compute expected tables in tests and to pre-reduce a micro-batch to one source row per key,
-    which Delta MERGE requires.
+
+_check_offers()
+
+
+def silver_source(
+    events: pa.Table | pa.RecordBatch, *, accept: frozenset[Quality] = SILVER_ACCEPTS
+) -> pa.Table:
+    """Standard events (``BRONZE_SCHEMA`` columns) -> one partial silver row per event, in arrival order.
+
+    Each row holds the fields its event offers (``FIELD_OFFERS``; a null offers nothing), each with the
+    event's time and id, plus ``last_event_time``/``last_event_id``. Events of other qualities, without
+    an order id, or offering nothing give no row. Column-wise: turning events back into Python
+    objects would cost about as much as parsing them.
     """
-    key = source["order_id"]
-    if key is None:
-        raise ValueError("order_id: a silver row needs its key; filter INVALID events before resolution")
-    if target is None:
-        out = empty_row(key)
-    else:
-        if target["order_id"] != key:
-            raise ValueError(
-                f"order_id: cannot merge row {source['order_id']!r} into row {target['order_id']!r}"
-            )
-        out = dict(target)
-    for col, ts_col, eid_col in _TRIPLES:
-        value = source.get(col)
-        if value is None:
-            continue
-        s_ts = source[ts_col]
-        if s_ts is None:
-            raise ValueError(f"{ts_col}: null while {col} is set; every silver value needs its event time")
-        if wins(s_ts, out[ts_col]):
-            out[col] = value
-            out[ts_col] = s_ts
-            out[eid_col] = source.get(eid_col)
-    s_last = source.get(LAST_EVENT_TIME)
-    if s_last is not None and wins(s_last, out[LAST_EVENT_TIME]):
-        out[LAST_EVENT_TIME] = s_last
-        out[LAST_EVENT_ID] = source.get(LAST_EVENT_ID)
-    return out
+    t = events if isinstance(events, pa.Table) else pa.Table.from_batches([events])
+    keep = pc.and_(
+        pc.is_in(t["quality"], value_set=pa.array(sorted(accept), pa.string())), pc.is_valid(t["order_id"])
+    )
+    t = t.filter(keep)
+    etype = t["event_type"]
+    is_type: dict[tuple[str, ...], Any] = {}
 
+    def of_type(types: tuple[str, ...]) -> Any:
+        if types not in is_type:
+            is_type[types] = pc.fill_null(pc.is_in(etype, value_set=pa.array(types, pa.string())), False)
+        return is_type[types]
 
-def reduce_rows(rows: Iterable[Mapping[str, Any]]) -> dict[str, SilverRow]:
-    """Pre-reduce rows (in arrival order) to one row per key: the MERGE source for one micro-batch."""
-    out: dict[str, SilverRow] = {}
-    for row in rows:
-        key = row["order_id"]
-        out[key] = merge_rows(out.get(key), row)
-    return out
-
-
-def merge_tables(
-    target: Mapping[str, Mapping[str, Any]], source: Iterable[Mapping[str, Any]]
-) -> dict[str, SilverRow]:
-    """In-memory MERGE of source rows into a keyed table; the reference the Delta MERGE is tested against."""
-    out: dict[str, SilverRow] = {k: dict(v) for k, v in target.items()}
-    for row in source:
-        key = row["order_id"]
-        out[key] = merge_rows(out.get(key), row)
-    return out
-
-
-def silver_batch(rows: Sequence[Mapping[str, Any]]) -> pa.RecordBatch:
-    """Build a ``RecordBatch`` with ``SILVER_SCHEMA`` column-wise from rows."""
-    arrays = [
-        pa.array([r.get(name) for r in rows], SILVER_SCHEMA.field(name).type) for name in SILVER_COLUMNS
-    ]
-    return pa.RecordBatch.from_arrays(arrays, schema=SILVER_SCHEMA)
-
-
-def rows_from_arrow(data: pa.RecordBatch | pa.Table) -> list[SilverRow]:
-    """Silver rows back from Arrow (UTC-aware datetimes, ``Decimal`` amounts), e.g. a Delta snapshot."""
-    columns = {name: data.column(name).to_pylist() for name in SILVER_COLUMNS}
-    return [{name: columns[name][i] for name in SILVER_COLUMNS} for i in range(data.num_rows)]
+    time_type = t.schema.field("event_time").type
+    any_set = pa.array(np.zeros(t.num_rows, dtype=bool))
+    columns: dict[str, Any] = {"order_id": t["order_id"]}
+    for f, offers in FIELD_OFFERS.items():
+        typ = t.schema.field(offers[0].column).type if offers[0].column else FIELD_TYPES[f]
+        value: Any = pa.scalar(None, typ)
+        for offer in reversed(offers):
+            offered = t[offer.column] if offer.column else pa.scalar(offer.constant, typ)
+            value = pc.if_else(of_type(offer.event_types), offered, value)
+        valid = pc.is_valid(value)
+        any_set = pc.or_(any_set, valid)
+        columns[f] = value
+        columns[SILVER_MERGE.guarded[f]] = pc.if_else(valid, t["event_time"], pa.scalar(None, time_type))
+        for companion in SILVER_MERGE.companions[f]:
+            columns[companion] = pc.if_else(valid, t["event_id"], pa.scalar(None, pa.string()))
+    columns[LAST_EVENT_TIME] = t["event_time"]
+    columns[LAST_EVENT_ID] = t["event_id"]
+    out = pa.table([columns[c] for c in SILVER_COLUMNS], names=list(SILVER_COLUMNS))
+    return out.filter(any_set).cast(SILVER_SCHEMA)

@@ -1,9 +1,10 @@
 """Exactly-once sinks: ``sinks.TwoPhaseDeltaWriter`` stages at PRECOMMIT and commits to Delta at COMMIT.
 
-The protocol and its invariants are in ``sinks.writer``'s docstring; ``sinks.merge_spec`` defines how
+The protocol and its invariants are in ``sinks.writer``'s docstring; ``lakestream.merge_spec`` defines how
 MERGE folds out-of-order changes with per-column event-time guards.
 """
 
+from lakestream.merge_spec import MergeSpec
 from sinks.errors import (
     CommitConflictError,
     DeltaSinkError,
@@ -11,7 +12,6 @@ from sinks.errors import (
     RestoreBehindTableError,
     StagedFileMissingError,
 )
-from sinks.merge_spec import MergeSpec
 from sinks.retry_policy import RetryPolicy
 from sinks.writer import EOI_CHECKPOINT_ID, TwoPhaseDeltaWriter
 from sinks.writer_metrics import CommitResult, WriterMetrics

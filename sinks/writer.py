@@ -22,7 +22,7 @@ Protocol
     3. COMMIT(n): ONE Delta commit carries every prepared manifest <= n of this writer, plus one txn
        action per app id (version = its highest n in the commit). Append: ``add`` actions of the staged
        files. Merge: the staged sources are concatenated in checkpoint order, pre-reduced per key with
-       the MERGE's own guard (``sinks.merge_spec``) and applied by ONE MERGE that carries the txn
+       the MERGE's own guard (``lakestream.merge_spec``) and applied by ONE MERGE that carries the txn
        actions (its files split at ``target_file_size``, the table property ``delta.targetFileSize``).
        Then the manifests (and merge sources) are deleted. A COMMIT for a subsumed checkpoint may never
        come: COMMIT(n) includes everything <= n. Repeated or late COMMITs find nothing to do.
@@ -100,6 +100,8 @@ from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction
 
+from lakestream.merge_reduce import reduce_guarded, reduce_latest
+from lakestream.merge_spec import MergeSpec
 from sinks.delta_files import file_stats, partition_dir, partition_value
 from sinks.errors import (
     BatchSchemaError,
@@ -111,8 +113,6 @@ from sinks.errors import (
     TableSchemaError,
     UnsupportedTableUriError,
 )
-from sinks.merge_reduce import reduce_guarded, reduce_latest
-from sinks.merge_spec import MergeSpec
 from sinks.retry_policy import RetryPolicy
 from sinks.staging import (
     Manifest,

@@ -28,7 +28,7 @@ from udfs.checkpoint_markers import (
 if TYPE_CHECKING:  # pragma: no cover
     from pyflink.datastream import DataStream
 
-    from sinks.merge_spec import MergeSpec
+    from lakestream.merge_spec import MergeSpec
 
 
 @dataclass(frozen=True)

@@ -1,27 +1,11 @@
-"""Flink wrapper of the gated side of ingest: late rows, de-duplication, per-order resolution into silver.
+"""Flink wrapper of the gated side of ingest: late rows, de-duplication, partial silver rows.
 
 Input: a ``CheckpointEpochOperator`` stream whose DATA payloads are the gate's batch rows ``(split,
-event_times_ms, late_watermarks_ms, bronze rows as Arrow IPC)``; the operator writes
-``late/order_events`` and ``silver/orders`` itself (``udfs.delta_sink.TableWriters``), one crossing per
-batch, column-wise (turning events back into Python objects cost about as much as parsing them).
-
-- An event the gate stamped late goes to the late table with its watermark (every late arrival,
-  re-deliveries included, like bronze) and is counted; it is then still applied below: the per-field
-  event-time guard, not the watermark, keeps it from overwriting newer values.
-- Re-deliveries are dropped by ``resolution.DedupCache`` (event ids remembered for ``dedup_ttl`` of
-  processing time) and counted.
-- Each remaining event becomes the partial silver row it alone implies (``resolution.silver_source``:
-  the fields it sets, each with its event time and id). The silver writer folds a checkpoint's
-  rows per order with the MERGE guard (``sinks.merge_reduce``) and MERGEs them with the same guard
-  (``lakestream.silver``), so the table, not Flink state, holds each order's resolved state: per field
-  the newest event time wins whatever the arrival order, across checkpoints, restarts and rescales.
-
-Why no per-order Flink state any more: Python keyed state costs a JVM round trip per access (about
-1,700 accesses/s measured) and forces one crossing per record, while the guarded MERGE already had to be
-exact on its own (a cold state after TTL expiry or a restore must not corrupt silver). Memory is bounded
-by the de-dup TTL only. The de-dup cache lives in the worker's memory: after a restore it starts empty,
-which can only let a re-delivery through, and applying an event twice changes nothing (the guard is
-idempotent), so every table stays exact; ``events_duplicate`` then undercounts.
+event_times_ms, late_watermarks_ms, bronze rows as Arrow IPC)``. Late events go to ``late/order_events``
+with their watermark (and are still applied: the guard, not the watermark, protects newer values);
+re-deliveries are dropped by ``lakestream.dedup.DedupCache``; every other event becomes the partial row
+``lakestream.silver.silver_source`` makes of it, which the silver writer folds per checkpoint and MERGEs
+with ``SILVER_MERGE``. One crossing per batch, column-wise; no per-order Flink state (DESIGN.md section 2).
 """
 
 from __future__ import annotations
@@ -33,7 +17,8 @@ from typing import Any
 import pyarrow as pa
 from pyflink.datastream import ProcessFunction, RuntimeContext
 
-from lakestream.resolution import DedupCache, silver_source
+from lakestream.dedup import DedupCache
+from lakestream.silver import silver_source
 from udfs.checkpoint_markers import DATA
 from udfs.delta_sink import DeltaSinkSpec, TableWriters
 from udfs.ingest_rows import from_epoch_millis, unpack_events

@@ -35,7 +35,8 @@ from deltalake.exceptions import TableNotFoundError
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from lakestream.kafka_broker import create_topic
-from lakestream.sample_events import SampleSettings, SourceEvent, expected_silver, generate
+from lakestream.sample_events import SampleSettings, SourceEvent, generate
+from tests.support.silver_oracle import expected_silver
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ import pytest
 
 from benchmarks import report, steady
 from benchmarks.steady import EOI_CHECKPOINT_ID, Commit, commit_times, steady_rate
-from sinks.merge_spec import MergeSpec
+from lakestream.merge_spec import MergeSpec
 from sinks.writer import TwoPhaseDeltaWriter
 
 B, S = "bronze/order_events", "silver/orders"

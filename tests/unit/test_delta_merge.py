@@ -1,7 +1,7 @@
-"""Merge and upsert modes: the event-time guard in SQL and in the pre-reduction, on a silver-shaped table.
+"""Merge and upsert modes of the writer on a silver-shaped table, against ``MergeSpec.fold_rows``.
 
-The reference for every expectation is ``fold``: the guard of the brief applied row by row in arrival
-order, in plain Python. The Delta MERGE (one per checkpoint, on a pre-reduced source) must agree with it.
+The reference for every expectation is the spec's Python fold (rows one by one in arrival order); the
+Delta MERGE (one per checkpoint, on a pre-reduced source) must agree with it, across crashes and retries.
 """
 
 from __future__ import annotations
@@ -16,12 +16,10 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
+from lakestream.merge_spec import MergeSpec
+from lakestream.silver import FIELD_TYPES, SILVER_MERGE, SILVER_SCHEMA
 from sinks.errors import KeyNullError
-from sinks.merge_reduce import reduce_guarded, reduce_latest
-from sinks.merge_spec import MergeSpec, MergeSpecError
 from sinks.retry_policy import RetryPolicy
 from sinks.staging import Manifest
 from sinks.writer import TwoPhaseDeltaWriter
@@ -40,34 +38,9 @@ from tests.support.delta_tables import (
 UTC = dt.timezone.utc
 TS = pa.timestamp("us", tz="UTC")
 AMOUNT = pa.decimal128(18, 2)
-FIELDS: dict[str, pa.DataType] = {
-    "user_id": pa.string(),
-    "status": pa.string(),
-    "amount": AMOUNT,
-    "paid_amount": AMOUNT,
-    "address": pa.string(),
-    "logistics_state": pa.string(),
-    "created_time": TS,
-    "deleted": pa.bool_(),
-}
-SILVER = pa.schema(
-    [
-        pa.field("order_id", pa.string(), nullable=False),
-        *(
-            f
-            for name, typ in FIELDS.items()
-            for f in (pa.field(name, typ), pa.field(f"{name}__ts", TS), pa.field(f"{name}__eid", pa.string()))
-        ),
-        pa.field("last_event_time", TS),
-        pa.field("last_event_id", pa.string()),
-    ]
-)
-SPEC = MergeSpec.with_suffixes(
-    keys=("order_id",),
-    fields=FIELDS,
-    greatest=("last_event_time",),
-    greatest_companions={"last_event_time": ("last_event_id",)},
-)
+FIELDS = FIELD_TYPES
+SILVER = SILVER_SCHEMA
+SPEC = SILVER_MERGE
 FAST_RETRY = RetryPolicy(max_attempts=5, initial_backoff_s=0.001, max_backoff_s=0.01)
 
 
@@ -86,31 +59,6 @@ def event(order: str, eid: str, second: int, **values: Any) -> dict[str, Any]:
     row["last_event_time"] = ts(second)
     row["last_event_id"] = eid
     return row
-
-
-Keyed = dict[tuple[Any, ...], dict[str, Any]]
-
-
-def fold(
-    rows: list[dict[str, Any]], spec: MergeSpec, schema: pa.Schema, target: Keyed | None = None
-) -> Keyed:
-    """The brief's guard, row by row: F, T, companions := source when s.F is not null and
-    (t.T is null or s.T >= t.T); unguarded: source when not null; new keys: the folded row."""
-    out = {k: dict(v) for k, v in (target or {}).items()}
-    for r in rows:
-        key = tuple(r[k] for k in spec.keys)
-        t = out.get(key) or {**dict.fromkeys(schema.names), **{k: r[k] for k in spec.keys}}
-        new = dict(t)
-        for g in spec.groups():
-            s_val, s_time, t_time = r[g.value], r[g.time], t[g.time]
-            if s_val is not None and (t_time is None or (s_time is not None and s_time >= t_time)):
-                for c in g.moved:
-                    new[c] = r[c]
-        for c in spec.unguarded(schema):
-            if r[c] is not None:
-                new[c] = r[c]
-        out[key] = new
-    return out
 
 
 def as_table(rows: dict[Any, dict[str, Any]], schema: pa.Schema, keys: list[str]) -> pa.Table:
@@ -133,132 +81,12 @@ def assert_silver(table: Path, expected: dict[Any, dict[str, Any]]) -> None:
     assert_same_rows(snapshot_rows(table, SILVER, ["order_id"]), as_table(expected, SILVER, ["order_id"]))
 
 
-# ---------------------------------------------------------------- the spec
-
-
-def test_spec_refuses_a_column_with_two_roles() -> None:
-    with pytest.raises(MergeSpecError, match="'a' is both a key and a guarded value"):
-        MergeSpec(keys=("a",), guarded={"a": "t"})
-    with pytest.raises(MergeSpecError, match="'t' is both the event-time column of 'x'"):
-        MergeSpec(keys=("k",), guarded={"x": "t", "y": "t"})
-    with pytest.raises(MergeSpecError, match="neither a guarded nor a greatest"):
-        MergeSpec(keys=("k",), companions={"z": ("z_id",)})
-    with pytest.raises(MergeSpecError, match="does not have: nope"):
-        MergeSpec(keys=("k",), greatest=("nope",)).validate(pa.schema([("k", pa.string())]))
+# ---------------------------------------------------------------- writer settings
 
 
 def test_writer_refuses_guards_in_upsert_mode(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="use mode='merge'"):
         TwoPhaseDeltaWriter(table_uri=str(tmp_path), app_prefix="j", schema=SILVER, mode="upsert", merge=SPEC)
-
-
-def test_update_sql_guards_value_time_and_companion_together() -> None:
-    updates = SPEC.update_expressions(SILVER)
-    cond = 's."status" IS NOT NULL AND (t."status__ts" IS NULL OR s."status__ts" >= t."status__ts")'
-    for col in ("status", "status__ts", "status__eid"):
-        assert updates[f'"{col}"'] == f'CASE WHEN {cond} THEN s."{col}" ELSE t."{col}" END'
-    lasts = 't."last_event_time" IS NULL OR s."last_event_time" >= t."last_event_time"'
-    assert lasts in updates['"last_event_id"']
-    assert '"order_id"' not in updates and len(updates) == len(SILVER) - 1
-
-
-# ---------------------------------------------------------------- pre-reduction = row-by-row fold
-
-SMALL = pa.schema(
-    [
-        ("k", pa.string()),
-        ("a", pa.string()),
-        ("a_t", pa.int64()),
-        ("a_id", pa.string()),
-        ("g", pa.int64()),
-        ("g_id", pa.string()),
-        ("u", pa.int64()),
-    ]
-)
-SMALL_SPEC = MergeSpec(
-    keys=("k",), guarded={"a": "a_t"}, greatest=("g",), companions={"a": ("a_id",), "g": ("g_id",)}
-)
-maybe_int = st.none() | st.integers(0, 3)
-small_rows = st.lists(
-    st.fixed_dictionaries(
-        {
-            "k": st.sampled_from(["x", "y", "z"]),
-            "a": st.none() | st.sampled_from(["p", "q", "r"]),
-            "a_t": maybe_int,
-            "a_id": st.text("ab", max_size=2),
-            "g": maybe_int,
-            "g_id": st.text("ab", max_size=2),
-            "u": maybe_int,
-        }
-    ),
-    min_size=1,
-    max_size=14,
-)
-
-
-@settings(max_examples=150, deadline=None)
-@given(small_rows)
-def test_reduce_guarded_equals_the_row_by_row_fold(rows: list[dict[str, Any]]) -> None:
-    reduced = reduce_guarded(pa.Table.from_pylist(rows, schema=SMALL), SMALL_SPEC)
-    expected = fold(rows, SMALL_SPEC, SMALL)
-    assert {(r["k"],): r for r in reduced.to_pylist()} == expected
-    assert reduced.num_rows == len(expected)
-
-
-# Two key columns (the sort path), a timestamp guard and a string "greatest" column (the rank path).
-WIDE = pa.schema(
-    [
-        ("k1", pa.string()),
-        ("k2", pa.int64()),
-        ("a", pa.string()),
-        ("a_t", pa.timestamp("us", tz="UTC")),
-        ("g", pa.string()),
-        ("u", pa.int64()),
-    ]
-)
-WIDE_SPEC = MergeSpec(keys=("k1", "k2"), guarded={"a": "a_t"}, greatest=("g",))
-some_time = st.none() | st.sampled_from(
-    [dt.datetime(2024, 6, 1, h, tzinfo=dt.timezone.utc) for h in (0, 1, 2)]
-)
-wide_rows = st.lists(
-    st.fixed_dictionaries(
-        {
-            "k1": st.sampled_from(["x", "y"]),
-            "k2": st.integers(0, 1),
-            "a": st.none() | st.sampled_from(["p", "q"]),
-            "a_t": some_time,
-            "g": st.none() | st.sampled_from(["", "m", "n"]),
-            "u": maybe_int,
-        }
-    ),
-    min_size=1,
-    max_size=16,
-)
-
-
-@settings(max_examples=150, deadline=None)
-@given(wide_rows, st.integers(1, 4))
-def test_reduce_guarded_with_two_keys_and_timestamps_equals_the_fold(
-    rows: list[dict[str, Any]], chunk: int
-) -> None:
-    table = pa.Table.from_pylist(rows, schema=WIDE)
-    chunked = pa.concat_tables([table.slice(i, chunk) for i in range(0, table.num_rows, chunk)])
-    reduced = reduce_guarded(chunked, WIDE_SPEC)
-    expected = fold(rows, WIDE_SPEC, WIDE)
-    assert {(r["k1"], r["k2"]): r for r in reduced.to_pylist()} == expected
-    assert reduced.num_rows == len(expected)
-    last_arrival = {}
-    for i, r in enumerate(rows):
-        last_arrival[(r["k1"], r["k2"])] = i
-    assert [(r["k1"], r["k2"]) for r in reduced.to_pylist()] == sorted(last_arrival, key=last_arrival.get)
-
-
-@settings(max_examples=100, deadline=None)
-@given(small_rows)
-def test_reduce_latest_keeps_the_last_row_per_key(rows: list[dict[str, Any]]) -> None:
-    reduced = reduce_latest(pa.Table.from_pylist(rows, schema=SMALL), ["k"])
-    last = {r["k"]: r for r in rows}
-    assert {r["k"]: r for r in reduced.to_pylist()} == last
 
 
 # ---------------------------------------------------------------- MERGE on a silver-shaped table
@@ -300,7 +128,7 @@ def test_event_time_guard_in_the_delta_merge(tmp_path: Path) -> None:
     assert (o2["last_event_time"], o2["last_event_id"]) == (ts(30), "e6")
     assert o3["paid_amount"] == Decimal("1.50") and o3["status"] is None
     all_rows = [r for rows in checkpoints for r in rows]
-    assert_silver(t, fold(all_rows, SPEC, SILVER))
+    assert_silver(t, SPEC.fold_rows(all_rows, SILVER))
     assert txn_version(t, "job:run-1:0") == 3
     assert_no_orphans(t)
 
@@ -329,7 +157,7 @@ def test_merge_sources_are_arrow_ipc_and_parquet_ones_of_older_versions_still_co
     StagingArea(t, "job").write(replace(manifest, files=(old_file,)))
 
     silver_writer(t, 1)  # restored from checkpoint 1: its staged source is committed
-    assert_silver(t, fold(rows, SPEC, SILVER))
+    assert_silver(t, SPEC.fold_rows(rows, SILVER))
     assert txn_version(t, "job:run-1:0") == 1
     assert_no_orphans(t)
 
@@ -366,7 +194,7 @@ def test_checkpointed_merges_equal_applying_every_event_in_order(tmp_path: Path,
         w.prepare(n)
         if n != 2:  # COMMIT(2) skipped: checkpoint 3's commit folds 2 and 3 in one MERGE
             w.commit(n)
-    assert_silver(t, fold(applied, SPEC, SILVER))
+    assert_silver(t, SPEC.fold_rows(applied, SILVER))
     assert commits_with_app(t, "job:run-1:0") == 3
     assert_no_orphans(t)
 
@@ -390,7 +218,7 @@ def test_merge_crash_matrix(tmp_path: Path) -> None:
     del w  # checkpoint 1 completed, 2 did not
     with pytest.raises(SimulatedCrash):  # OPEN(1) commits 1, then dies before the cleanup
         silver_writer(t, 1, cls=CrashBeforeCleanup)
-    assert_silver(t, fold(first, SPEC, SILVER))
+    assert_silver(t, SPEC.fold_rows(first, SILVER))
     assert len(staging_leftovers(t)) >= 2  # manifest and merge source of checkpoint 1 still there
     version = table_version(t)
     w2 = silver_writer(t, 1)  # the restore after that crash: no second MERGE, staged sources cleaned
@@ -401,7 +229,7 @@ def test_merge_crash_matrix(tmp_path: Path) -> None:
     w2.prepare(3)
     w2.commit(3)
     w2.commit(3)
-    assert_silver(t, fold(first + second, SPEC, SILVER))
+    assert_silver(t, SPEC.fold_rows(first + second, SILVER))
     assert commits_with_app(t, "job:run-1:0") == 2
     assert staging_leftovers(t) == []
 
@@ -428,7 +256,7 @@ def test_merge_conflicting_with_a_compaction_is_rerun(tmp_path: Path) -> None:
     w.prepare(3)
     result = w.commit(3)
     assert result.committed and result.retries == 1 and w.metrics.commit_retries == 1
-    assert_silver(t, fold([*seed[0], *seed[1], *late], SPEC, SILVER))
+    assert_silver(t, SPEC.fold_rows([*seed[0], *seed[1], *late], SILVER))
     assert commits_with_app(t, "job:run-1:0") == 3
 
 
@@ -446,7 +274,7 @@ def test_rescale_2_to_1_merges_both_subtasks_sources_in_one_commit(tmp_path: Pat
     assert txn_version(t, "job:run-1:0") == 1 and txn_version(t, "job:run-1:1") == 1
     assert commits_with_app(t, "job:run-1:0") == commits_with_app(t, "job:run-1:1") == 1
     assert table_version(t) == 1  # one MERGE carried both app ids
-    assert_silver(t, fold(rows[0] + rows[1], SPEC, SILVER))
+    assert_silver(t, SPEC.fold_rows(rows[0] + rows[1], SILVER))
     assert_no_orphans(t)
 
 
@@ -513,7 +341,7 @@ def test_merge_output_is_split_at_the_target_file_size(tmp_path: Path) -> None:
         w.commit(1)
     assert len(DeltaTable(str(large)).file_uris()) == 1
     assert len(DeltaTable(str(small)).file_uris()) > 1  # the MERGE itself split its output
-    assert_silver(small, fold(rows, SPEC, SILVER))
+    assert_silver(small, SPEC.fold_rows(rows, SILVER))
 
 
 def test_an_existing_merge_table_gets_the_file_size_at_open_from_subtask_0(tmp_path: Path) -> None:
@@ -530,7 +358,7 @@ def test_an_existing_merge_table_gets_the_file_size_at_open_from_subtask_0(tmp_p
     w.write(batch(rows))
     w.prepare(1)
     w.commit(1)
-    assert_silver(t, fold(rows, SPEC, SILVER))
+    assert_silver(t, SPEC.fold_rows(rows, SILVER))
 
 
 def test_append_tables_get_no_file_size_property(tmp_path: Path) -> None:

@@ -1,13 +1,10 @@
-"""Pre-reduce a MERGE source to one row per key with the very rule the MERGE applies.
+"""The columnar interpreter of ``MergeSpec``: pre-reduce a MERGE source to one row per key.
 
-Delta refuses a MERGE whose source has several rows for one target row, and a checkpoint's worth of
-events has many per key. Folding them first with the guard of ``MergeSpec`` (in arrival order) gives the
-row that applying them one by one would have produced, so one MERGE per checkpoint is exact.
-
-The fold is computed column-group-wise instead of row by row: for a guarded group the winner among rows
-whose value is not null is the one with the greatest (time is not null, time, arrival order); a null time
-only wins when no row of the key has a time. That ranking is what the pairwise rule
-``s.F is not null and (t.T is null or s.T >= t.T)`` yields when folded left to right.
+Delta refuses a MERGE whose source has several rows for one target row, and a checkpoint holds many per
+key. Folding them first with the spec's guard (in arrival order) gives the row that applying them one by
+one would (``MergeSpec.fold_rows``, the reference it is property-tested against), so one MERGE per
+checkpoint is exact. Per guarded group the winner among rows whose value is not null is the one with
+the greatest (time is not null, time, arrival order): what the pairwise guard yields folded left to right.
 """
 
 from __future__ import annotations
@@ -20,7 +17,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sinks.merge_spec import MergeSpec
+from lakestream.merge_spec import MergeSpec
 
 _SEQ = "__lakestream_seq"
 
@@ -43,9 +40,8 @@ def reduce_guarded(table: pa.Table, spec: MergeSpec) -> pa.Table:
 
     Each key's rows are brought next to each other once (a hash of the key, then a stable sort of
     small integers); each column group's guard order becomes one int64 score per row, and the winner
-    per key is found with two linear passes (highest score, then latest arrival among equals). The
-    earlier version sorted, grouped and hash-joined on the key strings once per column group, about 4x
-    slower on a checkpoint of new orders, and this runs on the checkpoint barrier's path.
+    per key is found with two linear passes (highest score, then latest arrival among equals). It runs
+    on the checkpoint barrier's path; benchmarks/RESULTS.md has what it replaced and why.
     """
     n = table.num_rows
     if n == 0:

@@ -1,27 +1,22 @@
-"""How a MERGE folds a change into a row: per-column event-time guards instead of "last write wins".
+"""The per-field MERGE rule, defined once: which columns are keys and how every other column folds.
 
-Events for one key arrive out of order (retries, several producers, replays), so each value column F carries
-the event time T of the event that set it, and a change only lands when it is at least as new:
+Events for one key arrive out of order, so each value column F carries the event time T of the event
+that set it, and a change lands only when it is at least as new (DESIGN.md section 2):
 
     F, T, companions := s.F, s.T, s.companions   when s.F is not null and (t.T is null or s.T >= t.T)
-                        t.F, t.T, t.companions   otherwise
 
-So an older event never overwrites a newer one, a null never erases a value, and of two events with the
-same time the later-applied one wins. ``greatest`` columns (``last_event_time``) are the same rule with F
-and T being one column: the larger value wins and its companions (``last_event_id``) move with it.
-Unguarded columns take the source value when it is not null. Keys are never updated; a new key inserts the
-(pre-reduced) source row.
-
-The same rule, applied in arrival order, pre-reduces a MERGE source to one row per key
-(``sinks.merge_reduce``): folding is associative, so ``merge(target, reduce(rows))`` equals applying the
-rows one by one, which is what lets one MERGE per checkpoint replace one MERGE per event.
+``greatest`` columns are the same rule with F and T one column; unguarded columns take the source value
+when it is not null; keys never change. ``MergeSpec`` holds the rule and interprets it twice here: as
+SQL for the Delta MERGE (``update_expressions``) and as the Python reference fold (``merge_row``,
+``fold_rows``). ``lakestream.merge_reduce`` is its columnar (numpy) interpreter. The fold is associative,
+so pre-reducing a checkpoint's rows per key and MERGE-ing once equals applying them one by one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
@@ -170,3 +165,57 @@ class MergeSpec:
             q = quote_ident(col)
             updates[q] = f"COALESCE({source_alias}.{q}, {target_alias}.{q})"
         return updates
+
+    # ------------------------------------------------------------------ Python reference
+
+    def source_wins(self, group: GuardGroup, source: Mapping[str, Any], target: Mapping[str, Any]) -> bool:
+        """``guard_condition`` in Python, with SQL's null logic (a null source time never beats a time)."""
+        s_time, t_time = source.get(group.time), target.get(group.time)
+        return source.get(group.value) is not None and (
+            t_time is None or (s_time is not None and bool(s_time >= t_time))
+        )
+
+    def key_of(self, row: Mapping[str, Any]) -> tuple[Any, ...]:
+        """The key tuple of a row."""
+        return tuple(row[k] for k in self.keys)
+
+    def merge_row(
+        self, target: Mapping[str, Any] | None, source: Mapping[str, Any], schema: pa.Schema
+    ) -> dict[str, Any]:
+        """Fold one source row onto ``target`` (``None``: a new key, all non-key columns null), as a new row.
+
+        The reference the SQL and the columnar interpreter are tested against. The writer always
+        pre-reduces its MERGE source with this rule, so a row the MERGE inserts is a folded one.
+        """
+        if target is None:
+            out: dict[str, Any] = dict.fromkeys(schema.names)
+            out.update(zip(self.keys, self.key_of(source), strict=True))
+        else:
+            if self.key_of(target) != self.key_of(source):
+                raise ValueError(
+                    f"{', '.join(self.keys)}: cannot merge row {self.key_of(source)!r} into row "
+                    f"{self.key_of(target)!r}"
+                )
+            out = dict(target)
+        for grp in self.groups():
+            if self.source_wins(grp, source, out):
+                for col in grp.moved:
+                    out[col] = source.get(col)
+        for col in self.unguarded(schema):
+            value = source.get(col)
+            if value is not None:
+                out[col] = value
+        return out
+
+    def fold_rows(
+        self,
+        rows: Iterable[Mapping[str, Any]],
+        schema: pa.Schema,
+        target: Mapping[tuple[Any, ...], Mapping[str, Any]] | None = None,
+    ) -> dict[tuple[Any, ...], dict[str, Any]]:
+        """Apply ``rows`` one by one in arrival order onto a keyed table: the reference MERGE."""
+        out: dict[tuple[Any, ...], dict[str, Any]] = {k: dict(v) for k, v in (target or {}).items()}
+        for row in rows:
+            key = self.key_of(row)
+            out[key] = self.merge_row(out.get(key), row, schema)
+        return out
