@@ -35,7 +35,7 @@ def _patch(settings_extra: dict[str, str], *, pythonpath_fix: bool, batch_rows: 
         s.update(settings_extra)
         return s
 
-    fr.flink_settings = flink_settings  # type: ignore[assignment]
+    fr.flink_settings = flink_settings
     if batch_rows is not None:
         base = ds.DeltaSinkSpec
 

@@ -15,6 +15,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from lakestream.silver import RESOLVED_FIELDS as FIELDS  # the same silver columns as lakestream's
 
@@ -63,7 +64,10 @@ def main(argv: list[str] | None = None) -> int:
         .load()
     )
     v = F.col("value").cast("string")
-    j = lambda path: F.get_json_object(v, path)  # noqa: E731
+
+    def j(path: str) -> Any:
+        return F.get_json_object(v, path)
+
     t_db, t_pay, t_log, t_beh = (topics[s] for s in ("orders_db", "payments", "logistics", "behaviour"))
     topic = F.col("topic")
     order_id = (
