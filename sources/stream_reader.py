@@ -112,8 +112,3 @@ class DeltaStreamReader:
             duration_s=max(now - started, 0.0),
             lag_ms=int(now * 1000 - newest_ts) if newest_ts is not None and rows else None,
         )
-
-    def poll_tables(self, offset: SourceOffset | None) -> tuple[BatchPlan, list[pa.Table]]:
-        """Plan and read one poll eagerly (tests and tools; the operator streams instead)."""
-        plan = self.plan(self.start(offset))
-        return plan, list(self.read(plan))
