@@ -6,7 +6,7 @@ import pytest
 
 from lakestream.config import Config, ConfigError, load_config, parse_duration
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_shipped_toml_equals_the_defaults():

@@ -12,7 +12,7 @@ from lakestream.sample_events import generate
 
 # ``benchmarks`` is not an installed package: importable from the project root (``python -m pytest`` adds
 # the working directory, a bare ``pytest`` does not).
-ROOT = str(Path(__file__).resolve().parents[2])
+ROOT = str(Path(__file__).resolve().parents[3])
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
