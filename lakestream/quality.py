@@ -1,21 +1,8 @@
 """Quality tags: VALID events feed silver, SUSPICIOUS stay in bronze (for a human), INVALID go to quarantine.
 
-Adapters already rejected what cannot be typed (see ``lakestream.adapters``); the rules here are business
-rules on well-typed events, applied the same way to streamed, backfilled and hand-built events.
-
-- INVALID: ``order_id`` missing for an event type that resolves onto an order (order changes, payments,
-  logistics); an order change without ``op``; a payment without amount; a logistics event without state;
-  a negative amount; a naive (zone-less) event time.
-- SUSPICIOUS: event time more than ``max_future`` ahead of ``now`` or before ``min_event_time``; amount
-  above ``amount_ceiling``; a status outside ``known_statuses``.
-- VALID otherwise.
-
-Why SUSPICIOUS stays out of silver: silver keeps, per field, the value with the newest event time, so a
-single event stamped in the future would pin its values until the wall clock catches up. ``max_future``
-defaults to 5 minutes: NTP-synced servers disagree by far less, and the client-clock-heavy source
-(behaviour) does not feed silver anyway.
-
-Reasons name the field and list every finding (``"amount: -3.00 is negative; order_id: missing ..."``).
+Business rules on events the adapters already typed, kept out of the adapters so that streamed,
+backfilled and hand-built events meet the same ones. The rules, and why SUSPICIOUS stays out of silver:
+DESIGN.md section 5.
 """
 
 from __future__ import annotations

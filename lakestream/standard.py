@@ -1,11 +1,8 @@
 """The one event shape every source is adapted to, and the Arrow layouts of the tables built from it.
 
-Every later stage (quality tagging, de-duplication, silver resolution, bronze/late/quarantine writes)
-speaks only this shape, so units (yuan), clocks (UTC) and identities (event ids) are settled once, in the
-adapters, and never re-interpreted downstream.
-
-The batch builders go column-wise straight from the dataclasses to Arrow arrays: a micro-batch of
-thousands of events becomes one ``RecordBatch`` without per-row dicts or pandas.
+Every later stage speaks only this shape, so units, clocks and ids are settled once, in the adapters
+(DESIGN.md section 5). The batch builders go column-wise from the dataclasses to Arrow arrays: a
+micro-batch of thousands of events becomes one ``RecordBatch`` without per-row dicts or pandas.
 """
 
 from __future__ import annotations
@@ -363,7 +360,7 @@ def events_from_arrow(data: pa.RecordBatch | pa.Table) -> list[StandardEvent]:
     """Read events back from bronze or late data (extra columns ignored), for batch recomputes.
 
     Timestamps come back as UTC-aware datetimes and amounts as ``Decimal``, so a recompute from bronze
-    feeds ``resolution.apply`` exactly what the stream fed it.
+    sees exactly the events the stream saw.
     """
     columns = {name: data.column(name).to_pylist() for name in EVENT_COLUMNS}
     out: list[StandardEvent] = []

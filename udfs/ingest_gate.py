@@ -1,9 +1,8 @@
 """Python face of ``io.lakestream.flink.EventTimeGate``: watermarks and the late decision, in Java, at p=1.
 
-The gate is a Java operator because the decision "was this event behind the watermark when it arrived"
-must be made in arrival order, event by event, with its state checkpointed in step with the source
-offsets, and Python functions get no checkpoint hooks. It reads the standardiser's batches (one Kafka
-partition's VALID events each) and fills in their late watermarks.
+In Java because "was this event behind the watermark when it arrived" is decided event by event in
+arrival order, with state checkpointed in step with the source offsets, and Python functions get no
+checkpoint hooks (DESIGN.md section 2).
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Value tuples of the ingest job's tables, built straight from the pure semantic types.
 
-The standardise operator builds one bronze tuple per event (schema column order, ``udfs.delta_sink``),
-turns a Kafka batch's tuples into one Arrow batch, and sends the VALID rows on as Arrow IPC
-(``pack_events``): late rows and silver source rows are then derived column-wise. Kept free of Flink
-imports so it is plain to test.
+Bronze tuples in schema column order (``udfs.delta_sink``) become one Arrow batch per Kafka batch, whose
+VALID rows go on as Arrow IPC (``pack_events``), so late and silver source rows are derived column-wise.
+Free of Flink imports, so it is plain to test.
 """
 
 from __future__ import annotations
@@ -75,8 +74,8 @@ def invalid_row(event: StandardEvent, ingest_time: datetime) -> tuple[Any, ...]:
 def pack_events(batch: pa.RecordBatch) -> bytes:
     """A ``BRONZE_SCHEMA`` batch as Arrow IPC bytes (the schema is known on both ends).
 
-    Pickling the bronze tuples instead (datetimes with time zones, Decimals) took about 15% of the
-    standardise worker's time and unpickling as much again in the resolve worker; IPC is a copy.
+    IPC is a copy, where pickling the bronze tuples (datetimes with time zones, Decimals) costs about 15%
+    of the standardise worker's time and as much again to unpickle in the resolve worker.
     """
     return bytes(batch.serialize().to_pybytes())
 

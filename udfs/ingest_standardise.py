@@ -1,24 +1,10 @@
 """Flink wrapper of the adapters and quality rules: one batch of Kafka records in, routed rows out.
 
-Input is a ``io.lakestream.flink.KafkaBatchEpochOperator`` stream: checkpoint markers, and DATA rows that
-each carry a batch of one Kafka partition's records (see ``decode_kafka_batch``). Batches, because every
-record crossing between the JVM and a Python worker pays a fixed cost that bounded the whole job at about
-1,000 records/s when each Kafka record crossed on its own.
-
-Routing (one pass, no second Python operator per record):
-
-- main output, one row per input batch with VALID events: ``(split, event_times_ms, None, bronze
-  rows as Arrow IPC)`` (``BATCH_TYPE``), typed so the Java ``EventTimeGate`` can read the event times
-  and fill in the late watermarks;
-- ``bronze``: every standardised event, whatever its quality;
-- ``review``: SUSPICIOUS events (kept out of silver and out of the watermark: a clock 3 days ahead
-  must not make the whole stream late);
-- ``quarantine``: adapter rejects and INVALID events, byte-exact, with the reason.
-
-The three tables are written by this operator itself (``udfs.delta_sink.TableWriters``, driven by the
-checkpoint markers of a ``CheckpointEpochOperator`` in front of it), not by separate sink operators:
-shipping every bronze row back to the JVM and into another Python worker was one of the costliest
-hops of the job. Counts per quality tag are Flink metrics (group ``lakestream``).
+Records come in batches of one Kafka partition (``KafkaBatchEpochOperator``, see ``decode_kafka_batch``)
+because every crossing between the JVM and a Python worker has a fixed cost; bronze, review and
+quarantine are written here rather than by sink operators, so bronze rows never cross back to the JVM.
+The routing, the main output (``BATCH_TYPE``, for the Java ``EventTimeGate``) and the counters:
+DESIGN.md section 5.
 """
 
 from __future__ import annotations
@@ -81,7 +67,7 @@ REJECTED = "REJECTED"
 
 
 class StandardiseFunction(ProcessFunction):  # type: ignore[misc]
-    """Adapter by topic, then ``quality.classify``; never raises on a record (see module docstring)."""
+    """Adapter by topic, then ``quality.classify``; never raises on a record (DESIGN.md section 5)."""
 
     def __init__(
         self,

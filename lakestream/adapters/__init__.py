@@ -1,19 +1,8 @@
 """Source adapters: raw Kafka bytes of one source in, a ``StandardEvent`` or a ``Rejected`` out.
 
-An adapter never raises on bad input; the Flink wrapper calls it per record and routes ``Rejected`` to
-quarantine. The split of responsibilities with ``lakestream.quality``:
-
-- **Adapter rejects** (``Rejected``, stage ``adapter``) what cannot become a well-typed ``StandardEvent``:
-  not JSON / not an object / too large, a field present with the wrong JSON type or an unparseable value
-  (``"amount: expected a decimal number of yuan, got 'abc'"``), amounts that do not fit ``decimal(18, 2)``
-  or carry fractions of a fen, and missing fields the event cannot exist without: its time, its op
-  (``orders_db``), its own id (``payments.payId``, ``logistics.trackingNo``), the event name (behaviour).
-- **Quality tags** (``lakestream.quality.classify``) business rules on well-typed events: a missing
-  ``order_id`` where the event type needs one, a payment without amount, negative amounts (INVALID);
-  future/implausibly old times, amounts above a ceiling, unknown statuses (SUSPICIOUS). Keeping these out
-  of the adapters means every event, however it was built (stream, backfill, test), meets the same rules.
-
-Absent or null optional fields become ``None``; text is stripped and empty text counts as absent.
+An adapter is a pure function that never raises on bad input; the standardise operator routes
+``Rejected`` to quarantine. Adapters reject what cannot be typed, ``lakestream.quality`` tags business
+rules: that split, what is rejected and each source's event ids are in DESIGN.md section 5.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """``behaviour``: client behaviour logs, whose field names and time formats drift between app versions.
 
-Accepted variants (first present wins; two variants with *different* values are rejected as conflicting):
-
-- user: ``uid`` | ``user_id`` | ``userId`` (optional: anonymous sessions have none)
-- event name: ``event`` | ``event_type`` | ``eventType`` (required; becomes ``behaviour:<name>``)
-- order: ``orderId`` | ``order_id`` (optional)
-- time: ``ts`` | ``timestamp`` | ``event_time`` (required): epoch milliseconds as a JSON number or a digit
-  string, or an ISO-8601 string with offset (a naive one only if ``behaviour_naive_zone`` is set)
-- id: ``eventId`` | ``event_id`` (optional; else a stable hash of the canonical payload)
-
-Epoch *seconds* are not guessed from magnitude: they decode as January 1970 and the quality stage flags
-them as implausibly old, which is visible, where a heuristic would silently misplace edge cases.
+Each field has several accepted spellings (``USER_FIELDS``, ``EVENT_FIELDS``, ``ORDER_FIELDS``,
+``TIME_FIELDS``, ``ID_FIELDS``; the first present wins, two different values conflict). The variants, and
+why epoch seconds are not guessed from magnitude: DESIGN.md section 5.
 """
 
 from __future__ import annotations

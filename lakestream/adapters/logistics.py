@@ -1,11 +1,8 @@
 """``logistics``: carrier pushes (``trackingNo``, ``order``, ``state``, ``ts`` ISO-8601 with offset).
 
-Event id: ``logistics:<hash of (trackingNo, order, state, ts as UTC)>``. Not the whole payload, because
-carriers re-push the same scan with changed metadata (push time, retry counter) and those re-pushes must
-de-duplicate; not ``trackingNo+state+ts`` alone, because one parcel can carry several orders (split/merged
-shipments) and each order needs its own event. ``ts`` is normalised to UTC first so ``+08:00`` and ``Z``
-spellings of the same instant agree. A ``ts`` without offset is rejected unless
-``AdapterSettings.logistics_naive_zone`` says which clock the carrier uses.
+The event id hashes (trackingNo, order, state, ts in UTC), so re-pushes of a scan de-duplicate and each
+order of a shared parcel gets its own event (DESIGN.md section 5). A ``ts`` without offset is rejected
+unless ``AdapterSettings.logistics_naive_zone`` names the carrier's clock.
 """
 
 from __future__ import annotations

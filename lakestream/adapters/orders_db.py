@@ -1,10 +1,9 @@
 """``orders_db``: CDC rows of the order database (``op`` c/u/d, local wall-clock ``updated_at``).
 
-Payload: ``{"op": "c|u|d", "order_id", "user_id", "amount" (yuan, decimal string or number), "status",
-"address", "updated_at": "2024-06-01 12:00:00"}``. ``updated_at`` carries no offset: the database writes
-the wall clock of ``AdapterSettings.source_zone`` (default Asia/Shanghai), converted here to UTC. The CDC
-feed has no event id, so the id is a stable hash of the canonical payload: a re-delivered row gets the same
-id, a genuinely different change (any field differs) gets another.
+Payload: ``op``, ``order_id``, ``user_id``, ``amount`` (yuan, decimal string or number), ``status``,
+``address``, ``updated_at`` (``"2024-06-01 12:00:00"``, the wall clock of ``AdapterSettings.source_zone``,
+converted to UTC). The feed has no event id, so the id is a hash of the canonical payload (DESIGN.md
+section 5).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Field readers shared by the adapters: each either returns a clean value or raises ``FieldError``.
 
-The split the adapters follow (documented in ``lakestream.adapters``): a field that is *present but
-malformed* (wrong JSON type, unparseable, out of range) is a ``FieldError`` and the record is rejected;
-an *absent or null* optional field becomes ``None`` and the quality stage decides whether that makes the
-event INVALID. Fields the event cannot exist without (its time, its id, its op) are required here.
+The split the adapters follow (DESIGN.md section 5): a field that is *present but malformed* (wrong JSON
+type, unparseable, out of range) is a ``FieldError`` and the record is rejected; an *absent or null*
+optional field becomes ``None`` and the quality stage decides whether that makes the event INVALID.
+Fields the event cannot exist without (its time, its id, its op) are required here.
 """
 
 from __future__ import annotations

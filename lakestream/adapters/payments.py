@@ -1,9 +1,7 @@
 """``payments``: payment callbacks (``payId``, ``orderId``, ``payMoney`` in fen, ``paidAt`` epoch millis).
 
-The amount becomes yuan (fen / 100, exact). The id is the provider's ``payId`` prefixed with the source
-name (``payments:<payId>``): ids must be unique across sources because de-duplication and silver
-``__eid`` columns mix all sources; the bare ``payId`` is still in ``raw``. A payment always sets status
-``paid``.
+The amount becomes yuan (fen / 100, exact), the status is always ``paid``, and the id is
+``payments:<payId>``, as ids must be unique across sources (DESIGN.md section 5).
 """
 
 from __future__ import annotations
