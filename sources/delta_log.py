@@ -1,17 +1,9 @@
 """Read a Delta table's log version by version: the actions of one commit, the snapshot at a version.
 
-Why the commit JSON files are read directly: deltalake 1.6 exposes the *snapshot* (``get_add_actions``:
-the files live at a version, without ``dataChange``) and the commit infos (``history``), but not the
-``add`` / ``remove`` / ``cdc`` actions of one commit with their ``dataChange`` flags. Those flags are what
-separates an append from an UPDATE, DELETE or MERGE (removes with dataChange=true) and from an OPTIMIZE
-(everything dataChange=false), which is the whole of table-changes semantics. Commit files are
-immutable newline-delimited JSON defined by the Delta protocol, so reading them is stable across
-writers (lakestream, Spark, delta-rs). Snapshots and metadata still come from deltalake, which
-handles checkpoints.
-
-Files are read through a pyarrow filesystem rooted at the table: the native local filesystem for
-local paths, deltalake's object-store handler (``DeltaStorageHandler``) for anything else, so every
-storage deltalake supports works with the same ``storage_options``.
+The commit JSON files are read directly because deltalake (1.6) exposes snapshots (``get_add_actions``)
+and commit infos (``history``) but not one commit's ``add``/``remove``/``cdc`` actions with their
+``dataChange`` flags, on which table-changes semantics rest; snapshots and metadata come from deltalake,
+which handles checkpoints (DESIGN.md section 6).
 """
 
 from __future__ import annotations
@@ -51,7 +43,12 @@ def local_path(uri: str) -> str:
 
 
 def open_filesystem(table_uri: str, storage_options: Mapping[str, str] | None = None) -> pafs.FileSystem:
-    """A pyarrow filesystem whose paths are relative to the table root."""
+    """A pyarrow filesystem whose paths are relative to the table root.
+
+    The native local filesystem for local paths, deltalake's object-store handler
+    (``DeltaStorageHandler``) for anything else, so every storage deltalake supports works with the same
+    ``storage_options``.
+    """
     if is_local_uri(table_uri):
         return pafs.SubTreeFileSystem(local_path(table_uri), pafs.LocalFileSystem())
     from deltalake.fs import DeltaStorageHandler
@@ -303,7 +300,7 @@ class DeltaLog:
                 data_change=True,
                 partition_values={c: columns[f"partition.{c}"][i] for c in partition_cols},
                 modification_time=int(columns["modification_time"][i]),
-                # get_add_actions does not expose deletion vectors; the reader checks the table feature.
+                # get_add_actions does not expose deletion vectors: snapshot files are not checked for them.
                 has_deletion_vector=False,
             )
             files.append(

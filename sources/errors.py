@@ -1,7 +1,7 @@
 """Typed errors of the Delta streaming source; every message names the version, the option and the fix.
 
 They surface from inside a Flink worker as the cause of a failed job, often hours after start, so the
-message alone must be enough to act on.
+message alone must be enough to act on (DESIGN.md section 6).
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """The Delta streaming source as a Flink operator: trigger ticks -> keyed Python poller -> value tuples.
 
-PyFlink cannot run a Python source, so polling is driven by a low-rate, checkpointed stream of ticks
-(Flink's ``DataGeneratorSource`` with a rate limiter; ``io.lakestream.flink.TickGenerator``). The ticks
-are keyed by a constant into one :class:`DeltaSourceFunction`, which keeps the stream's offset in
-``ValueState``. Each tick plans and reads one batch, yields its rows, then stores the batch's end
-offset. A tick is processed atomically with respect to checkpoints (PyFlink finishes the element and
-flushes its state before a barrier passes), so the state of checkpoint n is exactly "everything before
-n has been emitted": a restore re-emits exactly what came after n, and an exactly-once sink downstream
-turns that into exactly-once output.
-
-Processing-time timers are not used: they do not fire once a bounded trigger stream has ended.
+PyFlink cannot run a Python source, so a checkpointed stream of ticks drives one keyed
+:class:`DeltaSourceFunction`, which keeps the offset in ``ValueState`` and stores it after a batch's last
+row; why that makes restores exact is in DESIGN.md section 6.
 """
 
 from __future__ import annotations

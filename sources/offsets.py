@@ -1,13 +1,8 @@
 """The source's position in a Delta table, kept in Flink state: the whole of its exactly-once story.
 
-The offset names the NEXT unit to emit: version ``version`` (or the initial snapshot taken at that
-version when ``in_snapshot``), from position ``index`` of that version's ordered file list. So the last
-fully emitted version is ``version - 1`` when ``index == 0`` and the position inside the current version
-is ``index``. Orders are deterministic (commit files are immutable; the snapshot is sorted), so an
-offset restored from checkpoint n re-plans exactly the rows that came after n.
-
-It is serialised as a small JSON string (a Flink ``ValueState[str]``), with the Delta table id so a
-checkpoint cannot silently be resumed against another table at the same path.
+The offset names the next unit to emit (a version or the initial snapshot, and a position in its ordered
+file list) and the table it belongs to; it is a small JSON string in a Flink ``ValueState[str]``. What it
+means and why restores are exact: DESIGN.md section 6.
 """
 
 from __future__ import annotations
@@ -22,7 +17,7 @@ OFFSET_FORMAT = 1
 
 @dataclass(frozen=True, slots=True)
 class SourceOffset:
-    """Position of the next unit to emit (see the module docstring)."""
+    """Position of the next unit to emit (DESIGN.md section 6)."""
 
     version: int
     index: int = 0

@@ -1,8 +1,8 @@
 """Options of the Delta streaming source, with the names and defaults users know from Spark's Delta source.
 
-Validated at job build time, so a contradiction (two starting points, CDF plus ignore_changes) fails in
-the client with the option names instead of inside a Flink worker. ``from_spark_options`` accepts the
-Spark spellings (``maxFilesPerTrigger``, ``readChangeFeed``...) for people porting a Spark job.
+Validated at job build time, so a contradiction fails in the client with the option names instead of
+inside a Flink worker; ``from_spark_options`` accepts Spark's spellings (``maxFilesPerTrigger``,
+``readChangeFeed``...) for people porting a Spark job. What each option does: DESIGN.md section 6.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ class DeltaSourceOptions:
     starting_version: StartingVersion = None
     #: Start at the first version committed at or after this instant (no initial snapshot).
     starting_timestamp: datetime | None = None
-    #: Soft limit of data files per poll (``None``: 1000 unless ``max_bytes_per_trigger`` is set).
+    #: Limit of data files per poll (``None``: 1000 unless ``max_bytes_per_trigger`` is set); only a poll's
+    #: first unit, when it is a whole CDF version or an event-time group of the snapshot, can exceed it.
     max_files_per_trigger: int | None = None
     #: Soft limit of bytes per poll; the file that crosses it is still admitted (at least one per poll).
     max_bytes_per_trigger: int | None = None

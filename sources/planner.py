@@ -1,21 +1,9 @@
 """Plan the next batch of a Delta stream: from an offset to the files (or CDF versions) of one poll.
 
-Pure with respect to Flink: given the table's log, an offset and the options, :meth:`BatchPlanner.plan`
-returns what to read and the offset after it. It implements Spark's Delta source semantics:
-
-* table-changes mode emits files added with dataChange=true; a commit that removes data with
-  dataChange=true (UPDATE, DELETE, MERGE, overwrite) fails unless ``ignore_deletes`` (commits that only
-  remove whole files), ``ignore_changes`` (re-emit the rewritten files) or ``skip_change_commits``;
-  OPTIMIZE and other dataChange=false commits emit nothing;
-* CDF mode plans whole versions (a version is never split; one bigger than the limits is admitted on
-  its own), read later with deltalake's ``load_cdf``;
-* admission control per poll: ``max_files_per_trigger`` is never exceeded (except by a whole CDF
-  version or an indivisible event-time group of the snapshot), ``max_bytes_per_trigger`` is soft
-  (the file that crosses it is still admitted), and every poll that has data admits at least one unit;
-* the initial snapshot first (ordered by modification time and path, or by the event-time column's
-  file statistics with overlapping files kept in one batch), then the versions after it;
-* log gaps and vacuumed files fail with :class:`DataLossError` or, with ``fail_on_data_loss=False``,
-  are skipped and reported in the plan.
+Pure with respect to Flink, so what a stream emits is decided and tested without a cluster: given the
+table's log, an offset and the options, :meth:`BatchPlanner.plan` returns what to read and the offset
+after it. The semantics are Spark's Delta source's (table changes vs CDF, admission control, initial
+snapshot order, data loss), stated in DESIGN.md section 6.
 """
 
 from __future__ import annotations

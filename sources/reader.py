@@ -1,16 +1,7 @@
 """Read a :class:`~sources.planner.BatchPlan` into Arrow tables in the stream's output schema.
 
-Output rows are the table's columns (the read schema, in table order) followed by metadata columns:
-
-* ``_change_type`` (CDF mode only): ``insert``, ``update_preimage``, ``update_postimage``, ``delete``;
-* ``_commit_version`` (int64): the version the row was emitted for (the snapshot version for the
-  initial snapshot);
-* ``_commit_timestamp`` (timestamp[us, UTC]): that commit's timestamp (``inCommitTimestamp`` or the
-  commitInfo timestamp, as deltalake's ``load_cdf`` reports it).
-
-Table-changes files are read with pyarrow directly (partition values from the log, missing nullable
-columns as nulls, every column cast to the read schema); CDF versions come from deltalake's
-``load_cdf`` one version at a time, so memory holds one version and versions come out in order.
+Table-changes files are read with pyarrow directly; CDF versions come from deltalake's ``load_cdf`` one
+version at a time, so memory holds one version. The output columns are defined in DESIGN.md section 6.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Decide whether rows of a table version can be emitted with the stream's read schema.
 
-The stream reads with one fixed schema (its downstream operators and sinks are typed once, at job
-build), normally the table's schema when the job started. A version written with another schema
-either fails the stream (default, like Spark) or, with ``schema_changes='additive'``, is read with
-nulls for the nullable columns it does not have yet. Columns the read schema does not know (added
-after the job started), changed types and tightened nullability always fail: a running stream
-cannot widen its output type, only a restart can.
+The read schema is fixed at job build (downstream operators and sinks are typed then), so a version
+written with another schema fails the stream or, with ``schema_changes='additive'``, is read with nulls
+for the nullable columns it lacks; the rules are in DESIGN.md section 6.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """The Delta stream without Flink: offset in, (rows, next offset, report) out, one poll at a time.
 
-The Flink operator (``sources.flink_source``) is a thin shell around :class:`DeltaStreamReader`: it
-keeps the offset in ``ValueState``, calls :meth:`DeltaStreamReader.plan` and
-:meth:`DeltaStreamReader.read` once per trigger tick, and stores ``plan.end`` after the last row. Everything
-that decides what is emitted lives here and in the planner, so it is tested without a cluster,
-including restarts (re-polling from a saved offset).
+Everything that decides what is emitted lives here and in the planner, so it is tested without a
+cluster, restarts included (re-polling from a saved offset); ``sources.flink_source`` is a thin shell
+that keeps the offset (DESIGN.md section 6).
 """
 
 from __future__ import annotations
