@@ -1,13 +1,8 @@
 """One validated configuration object for every lakestream job: TOML file, then environment overrides.
 
-Why one object: the ingest job, the change feed, the benchmarks and the tests must agree on topics,
-table locations and event-time settings, and a typo must fail at start with the key and the fix, not
-an hour later inside a Flink worker.
-
-Environment overrides use ``LAKESTREAM__<SECTION>__<KEY>=value`` (double underscores, case-insensitive),
-e.g. ``LAKESTREAM__FLINK__PARALLELISM=4``; a nested table such as ``[kafka.topics]`` is
-``LAKESTREAM__KAFKA__TOPICS__ORDERS_DB=my.topic``. Values are parsed as TOML values when they parse
-(numbers, booleans, arrays) and taken as plain strings otherwise.
+One object, so that the ingest job, the change feed, the benchmarks and the tests agree on topics,
+tables and event-time settings, validated at start so that a typo fails with the key and the fix; the
+rules and the override syntax (``LAKESTREAM__<SECTION>__<KEY>``) are in DESIGN.md section 7.
 """
 
 from __future__ import annotations
