@@ -21,13 +21,11 @@ from lakestream.dedup import DedupCache
 from lakestream.silver import silver_source
 from udfs.checkpoint_markers import DATA
 from udfs.delta_sink import DeltaSinkSpec, TableWriters
-from udfs.ingest_rows import from_epoch_millis, unpack_events
+from udfs.ingest_rows import NOT_LATE, GatedBatch, from_epoch_millis, unpack_events
 from udfs.worker_gc import tune_for_batches
 
 #: Names of the tables this operator writes, as keys of its ``tables`` argument.
 LATE, SILVER = "late", "silver"
-#: Late watermark of an on-time event (``io.lakestream.flink.EventTimeGate.NOT_LATE``).
-NOT_LATE = -(2**63)
 
 UTC = timezone.utc
 
@@ -65,8 +63,9 @@ class ResolveBatches(ProcessFunction):  # type: ignore[misc]
         if value[0] != DATA:
             yield from self.tables.on_marker(value)
             return
-        _, _, late_wms, blob = value[5]
-        batch = unpack_events(blob)
+        gated = GatedBatch._make(value[5])
+        late_wms = gated.late_watermarks or ()
+        batch = unpack_events(gated.events)
         tables, seen = self.tables, self._seen
         late = [i for i, wm in enumerate(late_wms) if wm != NOT_LATE]
         if late:

@@ -7,9 +7,10 @@ Free of Flink imports, so it is plain to test.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from operator import attrgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
@@ -43,6 +44,51 @@ assert QUARANTINE_SCHEMA.names == [
     "offset",
     "ingest_time",
 ]
+
+
+class KafkaBatch(NamedTuple):
+    """One DATA payload of ``KafkaBatchEpochOperator``: up to ``batch_size`` records of one partition.
+
+    Keys and values are concatenated; a length of -1 is a null.
+    """
+
+    topic: str
+    partition: int
+    offsets: list[int]
+    timestamps: list[int]
+    key_lengths: list[int]
+    keys: bytes | None
+    value_lengths: list[int]
+    values: bytes | None
+
+    def records(self) -> Iterator[tuple[str, int, int, bytes | None]]:
+        """``(topic, partition, offset, value bytes | None)`` of each record, in Kafka order."""
+        topic, partition = self.topic, self.partition
+        view = memoryview(self.values or b"")
+        pos = 0
+        for offset, n in zip(self.offsets, self.value_lengths, strict=True):
+            if n < 0:
+                yield topic, partition, offset, None
+            else:
+                yield topic, partition, offset, bytes(view[pos : pos + n])
+                pos += n
+
+
+class GatedBatch(NamedTuple):
+    """One row of ``ingest_standardise.BATCH_TYPE``: a batch's VALID events and, after the gate, lateness.
+
+    ``late_watermarks`` is ``None`` before the gate; after it, per event the partition's watermark when
+    the event was late, or ``NOT_LATE``.
+    """
+
+    split: str
+    event_times: list[int]
+    late_watermarks: list[int] | None
+    events: bytes
+
+
+#: Late watermark of an on-time event (``io.lakestream.flink.EventTimeGate.NOT_LATE``).
+NOT_LATE = -(2**63)
 
 
 def epoch_millis(ts: datetime) -> int:

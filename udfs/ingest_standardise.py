@@ -1,6 +1,6 @@
 """Flink wrapper of the adapters and quality rules: one batch of Kafka records in, routed rows out.
 
-Records come in batches of one Kafka partition (``KafkaBatchEpochOperator``, see ``decode_kafka_batch``)
+Records come in batches of one Kafka partition (``KafkaBatchEpochOperator``, ``udfs.ingest_rows.KafkaBatch``)
 because every crossing between the JVM and a Python worker has a fixed cost; bronze, review and
 quarantine are written here rather than by sink operators, so bronze rows never cross back to the JVM.
 The routing, the main output (``BATCH_TYPE``, for the Java ``EventTimeGate``) and the counters:
@@ -22,7 +22,7 @@ from lakestream.quality import QualityRules, classify
 from lakestream.standard import EVENT_COLUMNS, Rejected
 from udfs.checkpoint_markers import DATA
 from udfs.delta_sink import DeltaSinkSpec, TableWriters, rows_to_batch
-from udfs.ingest_rows import bronze_row, epoch_millis, invalid_row, pack_events, quarantine_row
+from udfs.ingest_rows import KafkaBatch, bronze_row, epoch_millis, invalid_row, pack_events, quarantine_row
 from udfs.worker_gc import tune_for_batches
 
 UTC = timezone.utc
@@ -43,22 +43,6 @@ BATCH_TYPE = Types.ROW_NAMED(
     ],
 )
 
-
-def decode_kafka_batch(batch: Any) -> Iterator[tuple[str, int, int, bytes | None]]:
-    """``(topic, partition, offset, value bytes | None)`` of each record of a Kafka batch row.
-
-    The row is ``(topic, partition, offsets, timestamps, key_lengths, keys, value_lengths, values)``:
-    values are concatenated, a length of -1 is a null value.
-    """
-    topic, partition, offsets, values_len, values = batch[0], batch[1], batch[2], batch[6], batch[7]
-    view = memoryview(values or b"")
-    pos = 0
-    for offset, n in zip(offsets, values_len, strict=True):
-        if n < 0:
-            yield topic, partition, offset, None
-        else:
-            yield topic, partition, offset, bytes(view[pos : pos + n])
-            pos += n
 
 #: Names of the tables this operator writes, as keys of its ``tables`` argument.
 BRONZE, REVIEW, QUARANTINE = "bronze", "review", "quarantine"
@@ -115,13 +99,13 @@ class StandardiseFunction(ProcessFunction):  # type: ignore[misc]
         if value[0] != DATA:
             self.tables.on_marker(value)
             return
-        batch = value[5]
+        batch = KafkaBatch._make(value[5])
         self._batches.inc()
         now = datetime.now(UTC)
         rows: list[Any] = []
         valid: list[bool] = []
         times: list[int] = []
-        for topic, partition, offset, payload in decode_kafka_batch(batch):
+        for topic, partition, offset, payload in batch.records():
             row = self._route(topic, partition, offset, payload, now)
             if row is None:
                 continue
