@@ -1,9 +1,10 @@
 """Exactly-once sinks: ``sinks.TwoPhaseDeltaWriter`` stages at PRECOMMIT and commits to Delta at COMMIT.
 
-The protocol and its invariants are in ``sinks.writer``'s docstring; ``sinks.merge_spec`` defines how
-MERGE folds out-of-order changes with per-column event-time guards.
+The protocol, its invariants and how the modules split it are in DESIGN.md section 3; ``sinks.merge_spec``
+defines how MERGE folds out-of-order changes with per-column event-time guards.
 """
 
+from sinks.committer import CommitHooks
 from sinks.errors import (
     CommitConflictError,
     DeltaSinkError,
@@ -18,6 +19,7 @@ from sinks.writer_metrics import CommitResult, WriterMetrics
 
 __all__ = [
     "EOI_CHECKPOINT_ID",
+    "CommitHooks",
     "CommitConflictError",
     "CommitResult",
     "DeltaSinkError",
