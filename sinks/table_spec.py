@@ -6,7 +6,6 @@ columns, mode, merge keys, file size); a frozen, validated ``TableSpec`` keeps t
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -21,7 +20,10 @@ DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
 
 @dataclass(frozen=True)
 class TableSpec:
-    """One Delta table as a sink writes it: append Parquet files, or MERGE / upsert by key."""
+    """One Delta table as a sink writes it: append Parquet files, or MERGE / upsert by key.
+
+    Validated on construction: every mistake is a ``ValueError`` that says what to change.
+    """
 
     table_uri: str
     schema: pa.Schema
@@ -31,23 +33,11 @@ class TableSpec:
     target_file_size: int = DEFAULT_TARGET_FILE_SIZE
     storage_options: dict[str, str] | None = None
 
-    @classmethod
-    def of(
-        cls,
-        *,
-        table_uri: str,
-        schema: pa.Schema,
-        mode: WriteMode = "append",
-        partition_by: Sequence[str] | None = None,
-        merge: MergeSpec | None = None,
-        target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
-        storage_options: Mapping[str, str] | None = None,
-    ) -> TableSpec:
-        """Validate the writer's settings; every mistake is a ``ValueError`` that says what to change."""
+    def __post_init__(self) -> None:
+        mode, schema, merge = self.mode, self.schema, self.merge
         if mode not in ("append", "merge", "upsert"):
             raise ValueError(f"mode must be 'append', 'merge' or 'upsert', got {mode!r}")
-        parts = tuple(partition_by or ())
-        missing = [c for c in parts if c not in schema.names]
+        missing = [c for c in self.partition_by if c not in schema.names]
         if missing:
             raise ValueError(f"partition_by names columns the schema does not have: {', '.join(missing)}")
         if mode == "append" and merge is not None:
@@ -61,17 +51,8 @@ class TableSpec:
                     "mode='upsert' replaces whole rows and ignores guards: use mode='merge' for a MergeSpec "
                     "with guarded/greatest columns, or MergeSpec(keys=...) alone for upsert"
                 )
-        if target_file_size < 1:
-            raise ValueError(f"target_file_size must be positive bytes, got {target_file_size}")
-        return cls(
-            table_uri=table_uri,
-            schema=schema,
-            mode=mode,
-            partition_by=parts,
-            merge=merge,
-            target_file_size=target_file_size,
-            storage_options=dict(storage_options) if storage_options else None,
-        )
+        if self.target_file_size < 1:
+            raise ValueError(f"target_file_size must be positive bytes, got {self.target_file_size}")
 
     def pre_reduce(self, rows: pa.Table) -> pa.Table:
         """One row per key, as the MERGE would fold ``rows`` in order (merge/upsert mode only)."""

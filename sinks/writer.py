@@ -45,17 +45,17 @@ class TwoPhaseDeltaWriter:
         retry: RetryPolicy | None = None,
         commit_hooks: CommitHooks | None = None,
     ) -> None:
-        self.spec = TableSpec.of(
+        if not app_prefix:
+            raise ValueError("app_prefix is empty: it names the Delta txn app ids, give it a stable value")
+        self.spec = TableSpec(
             table_uri=table_uri,
             schema=schema,
             mode=mode,
-            partition_by=partition_by,
+            partition_by=tuple(partition_by or ()),
             merge=merge,
             target_file_size=target_file_size,
-            storage_options=storage_options,
+            storage_options=dict(storage_options) if storage_options else None,
         )
-        if not app_prefix:
-            raise ValueError("app_prefix is empty: it names the Delta txn app ids, give it a stable value")
         self.table_uri = table_uri
         self.app_prefix = app_prefix
         self.retry = retry or RetryPolicy()

@@ -37,7 +37,7 @@ class Setup:
     def __init__(self, table: Path, mode: WriteMode = "append") -> None:
         merge = MergeSpec(keys=("id",)) if mode != "append" else None
         self.table = table
-        self.spec = TableSpec.of(table_uri=str(table), schema=SCHEMA, mode=mode, merge=merge)
+        self.spec = TableSpec(table_uri=str(table), schema=SCHEMA, mode=mode, merge=merge)
         self.staging = StagingArea(table, "job")
         open_table(self.spec, log_name="job")
 

@@ -22,8 +22,8 @@ SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string()), ("p", pa.string())])
 
 def stager(table: Path, mode: WriteMode = "append", partition_by: list[str] | None = None) -> Stager:
     merge = MergeSpec(keys=("id",)) if mode != "append" else None
-    spec = TableSpec.of(
-        table_uri=str(table), schema=SCHEMA, mode=mode, partition_by=partition_by, merge=merge
+    spec = TableSpec(
+        table_uri=str(table), schema=SCHEMA, mode=mode, partition_by=tuple(partition_by or ()), merge=merge
     )
     return Stager(spec, StagingArea(table, "job"), run_id="run-1", subtask=3, metrics=WriterMetrics())
 

@@ -42,14 +42,14 @@ def test_subtasks_creating_the_table_at_once_all_open_the_one_table(tmp_path: Pa
     # not always produce the race, twenty practically always do. (delta-rs may also let a second CREATE
     # through as version 1, with the same schema: harmless before any data.)
     for round_ in range(20):
-        spec = TableSpec.of(table_uri=str(tmp_path / f"t{round_}"), schema=SCHEMA)
+        spec = TableSpec(table_uri=str(tmp_path / f"t{round_}"), schema=SCHEMA)
         assert open_all_at_once(spec, 8) == []
         dt = open_table(spec, log_name="job")
         assert {h["operation"] for h in dt.history()} == {"CREATE TABLE"}
 
 
 def test_merge_tables_are_created_with_the_target_file_size(tmp_path: Path) -> None:
-    spec = TableSpec.of(
+    spec = TableSpec(
         table_uri=str(tmp_path / "kv"),
         schema=SCHEMA,
         mode="upsert",
@@ -64,4 +64,4 @@ def test_a_table_with_another_column_type_is_refused(tmp_path: Path) -> None:
     t = tmp_path / "t"
     DeltaTable.create(str(t), schema=pa.schema([("id", pa.int32()), ("v", pa.string())]))
     with pytest.raises(TableSchemaError, match="differing"):
-        open_table(TableSpec.of(table_uri=str(t), schema=SCHEMA), log_name="job")
+        open_table(TableSpec(table_uri=str(t), schema=SCHEMA), log_name="job")
