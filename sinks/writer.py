@@ -56,7 +56,6 @@ class TwoPhaseDeltaWriter:
             target_file_size=target_file_size,
             storage_options=dict(storage_options) if storage_options else None,
         )
-        self.table_uri = table_uri
         self.app_prefix = app_prefix
         self.retry = retry or RetryPolicy()
         self.metrics = WriterMetrics()
