@@ -1,10 +1,10 @@
 """Exactly-once sinks: ``sinks.TwoPhaseDeltaWriter`` stages at PRECOMMIT and commits to Delta at COMMIT.
 
-The protocol and its invariants are in ``sinks.writer``'s docstring; ``lakestream.merge_spec`` defines how
-MERGE folds out-of-order changes with per-column event-time guards.
+The protocol, its invariants and how the modules split it are in DESIGN.md section 3; the MERGE rule
+they apply is a ``lakestream.merge_spec.MergeSpec`` (DESIGN.md section 2).
 """
 
-from lakestream.merge_spec import MergeSpec
+from sinks.committer import CommitHooks
 from sinks.errors import (
     CommitConflictError,
     DeltaSinkError,
@@ -18,11 +18,11 @@ from sinks.writer_metrics import CommitResult, WriterMetrics
 
 __all__ = [
     "EOI_CHECKPOINT_ID",
+    "CommitHooks",
     "CommitConflictError",
     "CommitResult",
     "DeltaSinkError",
     "MarkerOrderError",
-    "MergeSpec",
     "RestoreBehindTableError",
     "RetryPolicy",
     "StagedFileMissingError",

@@ -26,13 +26,28 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import quote
+from urllib.parse import quote, unquote, urlparse
+
+from sinks.errors import UnsupportedTableUriError
 
 ManifestState = Literal["pending", "prepared"]
 ManifestKind = Literal["data_files", "merge_source"]
 
 STAGING_ROOT = "_lakestream"
 MANIFEST_FORMAT = 1
+
+
+def local_table_root(table_uri: str) -> Path:
+    """Local folder of a table URI; the staging area needs POSIX rename and fsync semantics."""
+    parsed = urlparse(table_uri)
+    if parsed.scheme == "file":
+        return Path(unquote(parsed.path)).absolute()
+    if parsed.scheme and len(parsed.scheme) > 1:  # one letter: a Windows drive, not a scheme
+        raise UnsupportedTableUriError(
+            f"table_uri {table_uri!r}: staging needs a local path, {parsed.scheme}:// is not supported yet. "
+            "Fix: use a local path or file:// URI."
+        )
+    return Path(table_uri).absolute()
 
 
 def app_id_for(app_prefix: str, run_id: str, subtask: int) -> str:
@@ -80,6 +95,10 @@ class Manifest:
     def app_id(self) -> str:
         """Delta txn app id this manifest commits under."""
         return app_id_for(self.app_prefix, self.run_id, self.subtask)
+
+    def committed_in(self, txn_version: int | None) -> bool:
+        """Whether a table whose txn version for this app id is ``txn_version`` already holds this work."""
+        return txn_version is not None and txn_version >= self.checkpoint_id
 
     @property
     def num_rows(self) -> int:
@@ -246,6 +265,17 @@ class StagingArea:
                         if manifest.token in p.name and p.is_file():
                             with contextlib.suppress(FileNotFoundError):
                                 p.unlink()
+
+    def abort(self, manifest: Manifest) -> None:
+        """Undo a prepare that will never be committed: its files, then the manifest naming them."""
+        self.delete_staged_files(manifest)
+        self.delete(manifest)
+
+    def discard_committed(self, manifest: Manifest) -> None:
+        """After its Delta commit: data files belong to the table now; a merge source and the manifest go."""
+        if manifest.kind == "merge_source":
+            self.delete_staged_files(manifest)
+        self.delete(manifest)
 
     def remove_empty_run_dirs(self, keep_run_id: str) -> None:
         """Tidy the folders of finished runs; the live run's folders stay (other subtasks use them)."""

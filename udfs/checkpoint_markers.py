@@ -2,12 +2,12 @@
 
 PyFlink gives Python functions no checkpoint hooks; the Java operator chained right before a Python
 sink turns Flink's checkpoint lifecycle into records that arrive in order with the data. Each record
-is a Row ``(kind, checkpoint_id, subtask, parallelism, run_id, payload)``.
+is a Row ``(kind, checkpoint_id, subtask, parallelism, run_id, payload)``; ``Marker.of`` names its fields.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyflink.datastream import DataStream
@@ -27,6 +27,39 @@ KIND_NAMES: Final = {
 }
 
 _OPERATOR_CLASS: Final = "io.lakestream.flink.CheckpointEpochOperator"
+
+
+class Marker(NamedTuple):
+    """One record of the marker stream, decoded: a checkpoint marker, or a DATA row with its payload.
+
+    The subtask coordinates are set on markers only (DATA rows carry -1 and no run id). Decoding is one
+    tuple per call: fine per marker or per batch; where DATA rows are single records, test
+    ``value[KIND_FIELD] == DATA`` and read ``value[PAYLOAD_FIELD]`` instead.
+    """
+
+    kind: int
+    #: PRECOMMIT/COMMIT: the checkpoint; OPEN: the restored checkpoint, -1 on a fresh start.
+    checkpoint_id: int
+    subtask: int
+    parallelism: int
+    run_id: str | None
+    payload: Any
+
+    @classmethod
+    def of(cls, value: Any) -> Marker:
+        """Decode a marker row (a PyFlink ``Row`` or any 6-sequence in the operator's field order)."""
+        return cls._make(value)
+
+    @property
+    def restored_checkpoint_id(self) -> int | None:
+        """OPEN: the checkpoint the job restored from, or None on a fresh start."""
+        cid = self.checkpoint_id
+        return cid if cid is not None and cid >= 0 else None
+
+
+#: Field positions of a marker row, for per-record paths that do not decode every row.
+KIND_FIELD: Final = Marker._fields.index("kind")
+PAYLOAD_FIELD: Final = Marker._fields.index("payload")
 
 
 def with_checkpoint_markers(

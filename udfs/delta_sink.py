@@ -19,8 +19,11 @@ from udfs.checkpoint_markers import (
     COMMIT,
     DATA,
     END_OF_INPUT,
+    KIND_FIELD,
     OPEN,
+    PAYLOAD_FIELD,
     PRECOMMIT,
+    Marker,
     discard,
     with_checkpoint_markers,
 )
@@ -29,6 +32,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyflink.datastream import DataStream
 
     from lakestream.merge_spec import MergeSpec
+    from sinks.writer import TwoPhaseDeltaWriter
+    from sinks.writer_metrics import CommitResult
 
 
 @dataclass(frozen=True)
@@ -84,7 +89,7 @@ class TableWriters:
 
     def __init__(self, specs: Mapping[str, DeltaSinkSpec]) -> None:
         self.specs = dict(specs)
-        self.writers: dict[str, Any] = {}
+        self.writers: dict[str, TwoPhaseDeltaWriter] = {}
         self.rows: dict[str, list[tuple[Any, ...]]] = {name: [] for name in specs}
 
     def register_metrics(self, runtime_context: RuntimeContext) -> None:
@@ -123,13 +128,13 @@ class TableWriters:
             self.rows[table] = []
 
     def on_marker(self, value: Any) -> list[str]:
-        """Apply one OPEN / PRECOMMIT / COMMIT / END_OF_INPUT marker to every table; commit reports."""
-        kind, checkpoint_id = value[0], value[1]
-        results: list[Any] = []
+        """Apply one OPEN / PRECOMMIT / COMMIT / END_OF_INPUT marker row to every table; commit reports."""
+        marker = Marker.of(value)
+        kind, checkpoint_id = marker.kind, marker.checkpoint_id
+        results: list[CommitResult] = []
         if kind == OPEN:
             from sinks.writer import TwoPhaseDeltaWriter
 
-            restored = checkpoint_id if checkpoint_id is not None and checkpoint_id >= 0 else None
             for name, spec in self.specs.items():
                 writer = TwoPhaseDeltaWriter(
                     table_uri=spec.table_uri,
@@ -144,10 +149,10 @@ class TableWriters:
                 self.writers[name] = writer
                 results.append(
                     writer.open(
-                        restored_checkpoint_id=restored,
-                        run_id=value[4],
-                        subtask=value[2],
-                        parallelism=value[3],
+                        restored_checkpoint_id=marker.restored_checkpoint_id,
+                        run_id=marker.run_id or "",  # the writer refuses an empty one
+                        subtask=marker.subtask,
+                        parallelism=marker.parallelism,
                     )
                 )
         elif kind == PRECOMMIT:
@@ -163,7 +168,7 @@ class TableWriters:
         return [
             f"{self.specs[name].app_prefix}: {result}"
             for name, result in zip(self.writers, results, strict=False)
-            if result is not None and getattr(result, "committed", False)
+            if result.committed
         ]
 
     def close(self) -> None:
@@ -183,9 +188,9 @@ class DeltaSinkFunction(ProcessFunction):  # type: ignore[misc]
         self.tables.register_metrics(runtime_context)
 
     def process_element(self, value: Any, ctx: ProcessFunction.Context) -> Iterator[str]:
-        """Dispatch one data row or marker."""
-        if value[0] == DATA:
-            self.tables.add("table", value[5])
+        """Dispatch one data row (one record each: read by position, not decoded) or marker."""
+        if value[KIND_FIELD] == DATA:
+            self.tables.add("table", value[PAYLOAD_FIELD])
         else:
             yield from self.tables.on_marker(value)
 

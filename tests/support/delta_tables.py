@@ -15,7 +15,7 @@ from sinks.writer import TwoPhaseDeltaWriter
 
 
 class SimulatedCrash(DeltaSinkError):
-    """Raised by test subclasses to stop a writer mid-protocol, like a killed TaskManager."""
+    """Raised by test hooks to stop a writer mid-protocol, like a killed TaskManager."""
 
 
 def open_writer(
@@ -25,12 +25,11 @@ def open_writer(
     run_id: str = "run-1",
     subtask: int = 0,
     parallelism: int = 1,
-    cls: type[TwoPhaseDeltaWriter] = TwoPhaseDeltaWriter,
     **kwargs: Any,
 ) -> TwoPhaseDeltaWriter:
     """A new writer object (a new task attempt) that got OPEN(restored)."""
     kwargs.setdefault("app_prefix", "job")
-    writer = cls(table_uri=str(table), **kwargs)
+    writer = TwoPhaseDeltaWriter(table_uri=str(table), **kwargs)
     writer.open(restored_checkpoint_id=restored, run_id=run_id, subtask=subtask, parallelism=parallelism)
     return writer
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+from collections.abc import Sequence
 from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
@@ -19,6 +20,7 @@ from deltalake import DeltaTable
 
 from lakestream.merge_spec import MergeSpec
 from lakestream.silver import FIELD_TYPES, SILVER_MERGE, SILVER_SCHEMA
+from sinks.committer import CommitHooks
 from sinks.errors import KeyNullError
 from sinks.retry_policy import RetryPolicy
 from sinks.staging import Manifest
@@ -199,8 +201,8 @@ def test_checkpointed_merges_equal_applying_every_event_in_order(tmp_path: Path,
     assert_no_orphans(t)
 
 
-class CrashBeforeCleanup(TwoPhaseDeltaWriter):
-    def _cleanup(self, manifest: Manifest) -> None:
+class CrashBeforeCleanup(CommitHooks):
+    def before_cleanup(self, manifests: Sequence[Manifest]) -> None:
         raise SimulatedCrash("killed after the MERGE committed")
 
 
@@ -217,7 +219,7 @@ def test_merge_crash_matrix(tmp_path: Path) -> None:
     w.prepare(2)
     del w  # checkpoint 1 completed, 2 did not
     with pytest.raises(SimulatedCrash):  # OPEN(1) commits 1, then dies before the cleanup
-        silver_writer(t, 1, cls=CrashBeforeCleanup)
+        silver_writer(t, 1, commit_hooks=CrashBeforeCleanup())
     assert_silver(t, SPEC.fold_rows(first, SILVER))
     assert len(staging_leftovers(t)) >= 2  # manifest and merge source of checkpoint 1 still there
     version = table_version(t)
@@ -234,12 +236,12 @@ def test_merge_crash_matrix(tmp_path: Path) -> None:
     assert staging_leftovers(t) == []
 
 
-class CompactBeforeMerge(TwoPhaseDeltaWriter):
+class CompactBeforeMerge(CommitHooks):
     """A compaction rewrites the files our MERGE read, after our snapshot and before our commit."""
 
-    def _before_commit_attempt(self, attempt: int) -> None:
+    def before_attempt(self, attempt: int, snapshot: DeltaTable) -> None:
         if attempt == 0:
-            assert DeltaTable(self.table_uri).optimize.compact()["numFilesRemoved"] >= 2
+            assert DeltaTable(snapshot.table_uri).optimize.compact()["numFilesRemoved"] >= 2
 
 
 def test_merge_conflicting_with_a_compaction_is_rerun(tmp_path: Path) -> None:
@@ -250,7 +252,7 @@ def test_merge_conflicting_with_a_compaction_is_rerun(tmp_path: Path) -> None:
         plain.write(batch(rows))
         plain.prepare(n)
         plain.commit(n)
-    w = silver_writer(t, 2, cls=CompactBeforeMerge)
+    w = silver_writer(t, 2, commit_hooks=CompactBeforeMerge())
     late = [event("o1", "e3", 3, status="c"), event("o3", "e4", 4, status="d")]
     w.write(batch(late))
     w.prepare(3)

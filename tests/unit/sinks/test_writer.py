@@ -1,12 +1,13 @@
 """Two-phase Delta writer, append mode: the crash matrix, rescaling, markers, files and statistics.
 
-Every crash is simulated the way Flink experiences it: the writer object is dropped (or a subclass stops
-it mid-step) and a new writer gets OPEN(r) for the checkpoint Flink restores.
+Every crash is simulated the way Flink experiences it: the writer object is dropped (or a commit hook or
+an unwritable folder stops it mid-step) and a new writer gets OPEN(r) for the checkpoint Flink restores.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +16,14 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from sinks.committer import CommitHooks
 from sinks.errors import (
     BatchSchemaError,
     MarkerOrderError,
     RestoreBehindTableError,
     TableSchemaError,
 )
-from sinks.staging import Manifest, StagedFile
+from sinks.staging import Manifest
 from sinks.writer import EOI_CHECKPOINT_ID, TwoPhaseDeltaWriter
 from tests.support.delta_tables import (
     SimulatedCrash,
@@ -139,14 +141,14 @@ def test_crash_after_the_checkpoint_before_the_commit_commits_once_on_open(tmp_p
     assert_no_orphans(t)
 
 
-class CrashBeforeCleanup(TwoPhaseDeltaWriter):
-    def _cleanup(self, manifest: Manifest) -> None:
+class CrashBeforeCleanup(CommitHooks):
+    def before_cleanup(self, manifests: Sequence[Manifest]) -> None:
         raise SimulatedCrash("killed after the Delta commit, before the manifests were deleted")
 
 
 def test_crash_after_the_commit_before_cleanup_does_not_commit_twice(tmp_path: Path) -> None:
     t = tmp_path / "t"
-    w = writer(t, None, cls=CrashBeforeCleanup)
+    w = writer(t, None, commit_hooks=CrashBeforeCleanup())
     w.write(batch(range(4)))
     w.prepare(1)
     with pytest.raises(SimulatedCrash):
@@ -196,8 +198,8 @@ def test_open_commits_manifests_up_to_r_and_aborts_newer_ones(tmp_path: Path) ->
     w = writer(t, None)
     for n, ids in ((1, range(0, 2)), (2, range(2, 4)), (3, range(4, 6))):
         w.write(batch(ids))
-        w.prepare(n)
-    newest = w._staged[-1]
+        newest = w.prepare(n)
+    assert newest is not None
     del w  # checkpoint 2 completed; 3 did not
 
     w2 = writer(t, 2)
@@ -209,22 +211,18 @@ def test_open_commits_manifests_up_to_r_and_aborts_newer_ones(tmp_path: Path) ->
     assert_no_orphans(t)
 
 
-class CrashMidPrepare(TwoPhaseDeltaWriter):
-    def _write_data_files(self, *args: Any, **kwargs: Any) -> list[StagedFile]:
-        files = super()._write_data_files(*args, **kwargs)
-        if args[1].startswith("p=b"):  # second partition: some files written, manifest still pending
-            raise SimulatedCrash("killed halfway through PRECOMMIT")
-        return files
-
-
 def test_crash_halfway_through_prepare_leaves_nothing(tmp_path: Path) -> None:
     t = tmp_path / "t"
-    w = writer(t, None, cls=CrashMidPrepare, partition_by=["p"])
+    w = writer(t, None, partition_by=["p"])
     w.write(batch(range(3), p="a"))
     w.write(batch(range(3, 6), p="b"))
-    with pytest.raises(SimulatedCrash):
+    (t / "p=b").write_text("")  # the second partition's folder cannot be created: PRECOMMIT dies there
+    with pytest.raises(FileExistsError):
         w.prepare(1)
-    assert len(list(t.rglob("*.parquet"))) >= 2  # partial files exist
+    (t / "p=b").unlink()
+    assert len(list((t / "p=a").glob("*.parquet"))) == 1  # the first partition's file was written
+    [manifest] = [p for p in staging_leftovers(t) if p.suffix == ".json"]
+    assert json.loads(manifest.read_text())["state"] == "pending"
     writer(t, None, run_id="run-2", partition_by=["p"])
     assert_table(t, [])
     assert_no_orphans(t)
@@ -256,7 +254,7 @@ def test_fresh_start_aborts_the_previous_runs_staged_files(tmp_path: Path) -> No
 
 def test_fresh_start_after_commit_before_cleanup_keeps_the_committed_files(tmp_path: Path) -> None:
     t = tmp_path / "t"
-    w = writer(t, None, run_id="old", cls=CrashBeforeCleanup)
+    w = writer(t, None, run_id="old", commit_hooks=CrashBeforeCleanup())
     w.write(batch([1, 2]))
     w.prepare(1)
     with pytest.raises(SimulatedCrash):
@@ -346,7 +344,7 @@ def test_parallelism_2_to_3_new_subtask_starts_clean(tmp_path: Path) -> None:
 
 def test_rescale_after_a_crash_between_commit_and_cleanup(tmp_path: Path) -> None:
     t = tmp_path / "t"
-    doomed = writer(t, None, subtask=2, parallelism=3, cls=CrashBeforeCleanup)
+    doomed = writer(t, None, subtask=2, parallelism=3, commit_hooks=CrashBeforeCleanup())
     doomed.write(batch([7]))
     doomed.prepare(1)
     with pytest.raises(SimulatedCrash):

@@ -1,6 +1,6 @@
 """Two-phase Delta writer against concurrent writers: compaction, a racing duplicate commit, metadata
-changes, vacuum. The races are real commits by other DeltaTable objects, injected at the exact moment
-between the writer's txn check and its Delta commit."""
+changes, vacuum. The races are real commits by other DeltaTable objects, injected through ``CommitHooks``
+at the exact moment between the writer's txn check and its Delta commit."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
+from sinks.committer import CommitHooks
 from sinks.errors import CommitConflictError, StagedFileMissingError
 from sinks.retry_policy import RetryPolicy
 from sinks.writer import TwoPhaseDeltaWriter
@@ -73,34 +74,33 @@ def test_compaction_between_prepare_and_commit(tmp_path: Path) -> None:
     assert_no_orphans(t)
 
 
-class CompactRightBeforeCommit(TwoPhaseDeltaWriter):
+class CompactRightBeforeCommit(CommitHooks):
     """Another process compacts the table after our snapshot and txn check, before our commit lands."""
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self) -> None:
         self.compactions = 0
         self.planned_on: list[int] = []
 
-    def _before_commit_attempt(self, attempt: int) -> None:
+    def before_attempt(self, attempt: int, snapshot: DeltaTable) -> None:
         if attempt == 0:
-            assert self._table is not None
-            self.planned_on.append(self._table.version())  # the snapshot our commit is planned on
-            DeltaTable(self.table_uri).optimize.compact()
+            self.planned_on.append(snapshot.version())  # the snapshot our commit is planned on
+            DeltaTable(snapshot.table_uri).optimize.compact()
             self.compactions += 1
 
 
 def test_append_racing_a_compaction_commits_exactly_once(tmp_path: Path) -> None:
     t = tmp_path / "t"
-    w = writer(t, None, cls=CompactRightBeforeCommit)
+    hooks = CompactRightBeforeCommit()
+    w = writer(t, None, commit_hooks=hooks)
     ids = seed_small_files(w, 3)  # each commit's hook compacted the files before it
-    assert isinstance(w, CompactRightBeforeCommit) and w.compactions == 3
+    assert hooks.compactions == 3
     assert_table(t, ids)
     assert commits_with_app(t, APP) == 3
     history = list(reversed(DeltaTable(str(t)).history()))
     assert [h["operation"] for h in history] == ["CREATE TABLE", "WRITE", "WRITE", "OPTIMIZE", "WRITE"]
     # The last WRITE was planned on version 2, before the OPTIMIZE (version 3) landed: a real race,
     # which delta-rs resolved itself (a blind append does not conflict with a compaction).
-    assert w.planned_on == [0, 1, 2]
+    assert hooks.planned_on == [0, 1, 2]
     assert w.metrics.commit_retries == 0
 
 
@@ -130,18 +130,21 @@ def test_compaction_thread_running_while_the_writer_commits(tmp_path: Path) -> N
     assert commits_with_app(t, APP) == 12
 
 
-class ZombieCommitsFirst(TwoPhaseDeltaWriter):
+class ZombieCommitsFirst(CommitHooks):
     """Between our txn check and our commit, another attempt of the same subtask commits the same
     checkpoint (a restored task while the old one still runs, or a COMMIT delivered twice concurrently)."""
 
-    def _before_commit_attempt(self, attempt: int) -> None:
+    def __init__(self, table: Path) -> None:
+        self.table = table
+
+    def before_attempt(self, attempt: int, snapshot: DeltaTable) -> None:
         if attempt == 0:
-            open_writer(Path(self.table_uri), restored=1, schema=SCHEMA)  # its OPEN(1) commits checkpoint 1
+            open_writer(self.table, restored=1, schema=SCHEMA)  # its OPEN(1) commits checkpoint 1
 
 
 def test_racing_duplicate_commit_is_detected_on_retry_and_not_applied_twice(tmp_path: Path) -> None:
     t = tmp_path / "t"
-    w = writer(t, None, cls=ZombieCommitsFirst)
+    w = writer(t, None, commit_hooks=ZombieCommitsFirst(t))
     w.write(batch([1, 2, 3]))
     w.prepare(1)
     result = w.commit(1)
@@ -153,16 +156,16 @@ def test_racing_duplicate_commit_is_detected_on_retry_and_not_applied_twice(tmp_
     assert_no_orphans(t)
 
 
-class MetadataChangesEveryTime(TwoPhaseDeltaWriter):
+class MetadataChangesEveryTime(CommitHooks):
     """A concurrent ALTER on every attempt: a conflict no retry can win."""
 
-    def _before_commit_attempt(self, attempt: int) -> None:
-        DeltaTable(self.table_uri).alter.set_table_properties({"delta.appendOnly": "false"})
+    def before_attempt(self, attempt: int, snapshot: DeltaTable) -> None:
+        DeltaTable(snapshot.table_uri).alter.set_table_properties({"delta.appendOnly": "false"})
 
 
 def test_retries_exhausted_raise_commit_conflict_error_and_keep_the_staged_work(tmp_path: Path) -> None:
     t = tmp_path / "t"
-    w = writer(t, None, cls=MetadataChangesEveryTime)
+    w = writer(t, None, commit_hooks=MetadataChangesEveryTime())
     w.write(batch([1, 2]))
     w.prepare(1)
     with pytest.raises(CommitConflictError, match="after 4 attempts") as info:

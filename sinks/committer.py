@@ -1,0 +1,224 @@
+"""The commit side of the sink: staged manifests (the committables) into ONE Delta commit, exactly once.
+
+Each attempt refreshes the snapshot and drops manifests whose app id already has txn version >= their
+checkpoint (delta-rs does not refuse such a commit itself, delta-io/delta-rs#2580), then commits the
+rest with one txn action per app id: appended files as ``add`` actions, or one guarded MERGE. A
+conflict is re-planned from a fresh snapshot with ``RetryPolicy`` backoff. The manifests may come from
+several subtasks and runs; the committer keeps no per-subtask state. Protocol: DESIGN.md section 3.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.ipc
+import pyarrow.parquet as pq
+from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake.exceptions import CommitFailedError
+from deltalake.transaction import AddAction, RemoveAction
+
+from sinks.errors import CommitConflictError, StagedFileMissingError
+from sinks.retry_policy import RetryPolicy
+from sinks.staging import Manifest, StagedFile, StagingArea
+from sinks.table_spec import TableSpec
+from sinks.writer_metrics import CommitResult, WriterMetrics
+
+log = logging.getLogger(__name__)
+
+
+class CommitHooks:
+    """Seams around a commit for tests and tracing; this base class does nothing."""
+
+    def before_attempt(self, attempt: int, snapshot: DeltaTable) -> None:
+        """Right before Delta commit attempt ``attempt`` (0 first), after the txn check on ``snapshot``."""
+
+    def before_cleanup(self, manifests: Sequence[Manifest]) -> None:
+        """After the commit landed (or was found in the table), before the staged work is deleted."""
+
+
+class DeltaCommitter:
+    """Commits manifests of one app prefix into one Delta table (see module docstring)."""
+
+    def __init__(
+        self,
+        table: DeltaTable,
+        spec: TableSpec,
+        staging: StagingArea,
+        *,
+        retry: RetryPolicy,
+        metrics: WriterMetrics,
+        hooks: CommitHooks | None = None,
+        log_name: str = "",
+    ) -> None:
+        self.spec = spec
+        self.retry = retry
+        self.metrics = metrics
+        self.hooks = hooks or CommitHooks()
+        self.log_name = log_name or staging.app_prefix
+        self._table = table
+        self._staging = staging
+        self._root = staging.table_root
+        self._rng = random.Random()
+
+    def snapshot(self) -> DeltaTable:
+        """The table at its latest version."""
+        self._table.update_incremental()
+        return self._table
+
+    def commit(self, manifests: Sequence[Manifest], checkpoint_id: int) -> CommitResult:
+        """Commit every manifest the table does not hold yet, under ``checkpoint_id``, then clean up.
+
+        Raises ``CommitConflictError`` (staged work kept) when the retries are spent, and
+        ``StagedFileMissingError`` when a staged file is gone.
+        """
+        started = time.monotonic()
+        retries = 0
+        committed: list[Manifest] = []
+        files_added = 0
+        while True:
+            dt = self.snapshot()
+            pending = [m for m in manifests if not m.committed_in(dt.transaction_version(m.app_id))]
+            if not pending:
+                break
+            self._check_staged_files(pending)
+            versions = app_versions(pending)
+            props = CommitProperties(
+                app_transactions=[Transaction(app_id, v) for app_id, v in versions.items()],
+                custom_metadata={"lakestream.appVersions": versions},
+            )
+            self.hooks.before_attempt(retries, dt)
+            try:
+                if self.spec.mode == "append":
+                    actions: list[AddAction | RemoveAction] = [
+                        _add_action(f) for m in pending for f in m.files
+                    ]
+                    dt.create_write_transaction(
+                        actions,
+                        mode="append",
+                        schema=self.spec.schema,
+                        partition_by=list(self.spec.partition_by) or None,
+                        commit_properties=props,
+                    )
+                    files_added = len(actions)
+                else:
+                    files_added = self._merge(dt, pending, props)
+            except CommitFailedError as exc:
+                retries += 1
+                self.metrics.commit_retries += 1
+                if retries >= self.retry.max_attempts:
+                    raise CommitConflictError(
+                        app_ids=list(versions),
+                        checkpoint_id=checkpoint_id,
+                        attempts=retries,
+                        cause=str(exc),
+                    ) from exc
+                delay = self.retry.backoff_s(retries, self._rng)
+                log.info(
+                    "%s: commit of checkpoint %d conflicted (%s); retry %d in %.3fs",
+                    self.log_name,
+                    checkpoint_id,
+                    str(exc).splitlines()[0],
+                    retries,
+                    delay,
+                )
+                time.sleep(delay)
+                continue
+            committed = pending
+            break
+        latency = time.monotonic() - started
+        self.hooks.before_cleanup(manifests)
+        for m in manifests:
+            self._staging.discard_committed(m)
+        self.metrics.already_committed += len(manifests) - len(committed)
+        if not committed:
+            log.info("%s: checkpoint %d was already committed; cleaned up", self.log_name, checkpoint_id)
+            return CommitResult(committed=False, checkpoint_id=checkpoint_id, retries=retries)
+        rows = sum(m.num_rows for m in committed)
+        size = sum(m.size_bytes for m in committed)
+        self.metrics.commits += 1
+        self.metrics.rows_committed += rows
+        self.metrics.files_committed += files_added
+        self.metrics.bytes_committed += size
+        self.metrics.last_commit_latency_s = latency
+        self.metrics.max_commit_latency_s = max(self.metrics.max_commit_latency_s, latency)
+        result = CommitResult(
+            committed=True,
+            checkpoint_id=checkpoint_id,
+            rows=rows,
+            files=files_added,
+            bytes=size,
+            retries=retries,
+            latency_s=latency,
+            table_version=self.snapshot().version(),
+            app_versions=app_versions(committed),
+        )
+        log.info("%s: %s", self.log_name, result)
+        return result
+
+    def _merge(self, dt: DeltaTable, manifests: list[Manifest], props: CommitProperties) -> int:
+        spec = self.spec.merge
+        assert spec is not None
+        ordered = sorted(manifests, key=lambda m: (m.checkpoint_id, m.subtask))
+        parts = [_read_merge_source(self._root / f.path, self.spec.schema) for m in ordered for f in m.files]
+        # Each staged file is already reduced; only several of them (a commit that catches up on
+        # earlier checkpoints, or adopts another slot's) can hold a key twice.
+        source = parts[0] if len(parts) == 1 else self.spec.pre_reduce(pa.concat_tables(parts))
+        merger = dt.merge(
+            source,
+            spec.merge_predicate("s", "t"),
+            source_alias="s",
+            target_alias="t",
+            # The source is in memory anyway. streamed_exec=True (delta-rs' default) reads the source
+            # once and so cannot derive the "key BETWEEN min AND max" file filter from it: every MERGE
+            # scanned the whole table. With it, files whose key range misses the batch are skipped
+            # (measured: new keys into a 1.2M-row table 1.4 s -> 0.35 s, flat instead of growing).
+            streamed_exec=False,
+            commit_properties=props,
+        )
+        if self.spec.mode == "upsert":
+            merger = merger.when_matched_update_all()
+        else:
+            merger = merger.when_matched_update(spec.update_expressions(self.spec.schema, "s", "t"))
+        metrics = merger.when_not_matched_insert_all().execute()
+        return int(metrics.get("num_target_files_added", 0))
+
+    def _check_staged_files(self, manifests: list[Manifest]) -> None:
+        for m in manifests:
+            for f in m.files:
+                if not (self._root / f.path).is_file():
+                    raise StagedFileMissingError(
+                        path=str(self._root / f.path), app_id=m.app_id, checkpoint_id=m.checkpoint_id
+                    )
+
+
+def app_versions(manifests: Sequence[Manifest]) -> dict[str, int]:
+    """The txn version per app id a commit of ``manifests`` records: its highest checkpoint, sorted by id."""
+    versions: dict[str, int] = {}
+    for m in manifests:
+        versions[m.app_id] = max(versions.get(m.app_id, -1), m.checkpoint_id)
+    return dict(sorted(versions.items()))
+
+
+def _read_merge_source(path: Path, schema: pa.Schema) -> pa.Table:
+    """A staged MERGE source: Arrow IPC, or Parquet when staged by a version before IPC staging."""
+    if path.suffix == ".parquet":
+        return pq.read_table(path, schema=schema)
+    with pa.OSFile(str(path), "rb") as fh:
+        return pa.ipc.open_file(fh).read_all().cast(schema)
+
+
+def _add_action(f: StagedFile) -> AddAction:
+    # The on-disk relative path: delta-rs percent-encodes it into the log's URI form itself.
+    return AddAction(
+        path=f.path,
+        size=f.size_bytes,
+        partition_values=f.partition_values,
+        modification_time=f.modification_time_ms,
+        data_change=True,
+        stats=f.stats,
+    )

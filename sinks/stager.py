@@ -1,0 +1,249 @@
+"""The writer side of the sink: buffer Arrow batches, and at PRECOMMIT(n) stage them as a manifest.
+
+Append mode stages Parquet data files in the table's partition folders (with the statistics their
+``add`` actions will carry); merge/upsert mode stages one pre-reduced Arrow IPC MERGE source under
+``_lakestream/staging``. Either way the manifest is durable as ``pending`` before the first file and
+``prepared`` after the last, so a crash at any point leaves nothing unowned (DESIGN.md section 3).
+Nothing here touches the Delta log.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.ipc
+import pyarrow.parquet as pq
+
+from sinks.delta_files import file_stats, partition_dir, partition_value
+from sinks.errors import BatchSchemaError, KeyNullError
+from sinks.staging import (
+    Manifest,
+    ManifestKind,
+    StagedFile,
+    StagingArea,
+    fsync_dir,
+    new_token,
+    now_ms,
+)
+from sinks.table_spec import TableSpec
+from sinks.writer_metrics import WriterMetrics
+
+#: File name suffix of staged MERGE sources (Arrow IPC file format).
+MERGE_SOURCE_SUFFIX = ".arrow"
+
+
+class Stager:
+    """One subtask's buffer and PRECOMMIT staging for one table (one run, one slot)."""
+
+    def __init__(
+        self,
+        spec: TableSpec,
+        staging: StagingArea,
+        *,
+        run_id: str,
+        subtask: int,
+        metrics: WriterMetrics,
+    ) -> None:
+        self.spec = spec
+        self.run_id = run_id
+        self.subtask = subtask
+        self.metrics = metrics
+        self._staging = staging
+        self._root = staging.table_root
+        self._buffer: list[pa.RecordBatch] = []
+
+    def write(self, batch: pa.RecordBatch | pa.Table) -> None:
+        """Buffer rows in memory, conformed to the table schema; merge keys must not be null."""
+        batches = batch.to_batches() if isinstance(batch, pa.Table) else [batch]
+        merge = self.spec.merge
+        for b in batches:
+            if b.num_rows == 0:
+                continue
+            b = conform(b, self.spec.schema)
+            if merge is not None:
+                for key in merge.keys:
+                    if b.column(key).null_count:
+                        raise KeyNullError(
+                            f"key column {key!r} has {b.column(key).null_count} null(s) in a "
+                            f"{self.spec.mode} batch; such rows can never match a target row. Fix: filter "
+                            "or repair them upstream."
+                        )
+            self._buffer.append(b)
+            self.metrics.buffered_rows += b.num_rows
+
+    def discard(self) -> None:
+        """Drop the buffered rows (after END_OF_INPUT, at close, or when they are in the table already)."""
+        self._buffer = []
+        self.metrics.buffered_rows = 0
+
+    def prepare(self, checkpoint_id: int) -> Manifest | None:
+        """PRECOMMIT(n): stage the buffer durably for checkpoint n; ``None`` when nothing was buffered."""
+        if not self._buffer:
+            return None
+        table = pa.Table.from_batches(self._buffer, schema=self.spec.schema)
+        self.discard()
+        if self.spec.mode == "append":
+            return self._stage_append(table, checkpoint_id)
+        return self._stage_merge_source(table, checkpoint_id)
+
+    def _write_pending(
+        self, checkpoint_id: int, kind: ManifestKind, staging_dirs: tuple[str, ...]
+    ) -> Manifest:
+        """The ``pending`` manifest, durable before the first staged file, so no file is ever unowned."""
+        pending = Manifest(
+            app_prefix=self._staging.app_prefix,
+            run_id=self.run_id,
+            subtask=self.subtask,
+            checkpoint_id=checkpoint_id,
+            state="pending",
+            kind=kind,
+            token=new_token(),
+            staging_dirs=staging_dirs,
+            created_ms=now_ms(),
+        )
+        self._staging.write(pending)
+        return pending
+
+    def _stage_append(self, table: pa.Table, checkpoint_id: int) -> Manifest:
+        partition_by = list(self.spec.partition_by)
+        groups = partition_groups(table, partition_by)
+        pending = self._write_pending(
+            checkpoint_id, "data_files", tuple(sorted({rel or "." for _, rel, _ in groups}))
+        )
+        token = pending.token
+        files: list[StagedFile] = []
+        for values, rel_dir, part in groups:
+            data = part.drop_columns(partition_by) if partition_by else part
+            files.extend(self._write_data_files(data, rel_dir, values, token, checkpoint_id, len(files)))
+        prepared = replace(pending, state="prepared", files=tuple(files))
+        self._staging.write(prepared)
+        return prepared
+
+    def _write_data_files(
+        self,
+        data: pa.Table,
+        rel_dir: str,
+        values: dict[str, str | None],
+        token: str,
+        checkpoint_id: int,
+        first_index: int,
+    ) -> list[StagedFile]:
+        folder = self._root / rel_dir if rel_dir else self._root
+        folder.mkdir(parents=True, exist_ok=True)
+        target = self.spec.target_file_size
+        row_bytes = max(1, data.nbytes // max(1, data.num_rows))
+        # Arrow bytes overestimate Parquet bytes, so slices of a quarter target keep files near the target.
+        slice_rows = max(1, min(1_000_000, (target // 4) // row_bytes))
+        out: list[StagedFile] = []
+        offset = 0
+        while offset < data.num_rows:
+            name = f"part-{first_index + len(out):05d}-{token}-c{checkpoint_id}.snappy.parquet"
+            path = folder / name
+            start = offset
+            with open(path, "wb") as fh:
+                pw = pq.ParquetWriter(fh, data.schema, compression="snappy")
+                while offset < data.num_rows:
+                    pw.write_table(data.slice(offset, slice_rows))
+                    offset = min(data.num_rows, offset + slice_rows)
+                    if fh.tell() >= target:
+                        break
+                pw.close()
+                fh.flush()
+                os.fsync(fh.fileno())
+            chunk = data.slice(start, offset - start)
+            st = path.stat()
+            out.append(
+                StagedFile(
+                    path=self._staging.relative(path),
+                    size_bytes=st.st_size,
+                    num_rows=chunk.num_rows,
+                    partition_values=dict(values),
+                    stats=file_stats(chunk),
+                    modification_time_ms=int(st.st_mtime * 1000),
+                )
+            )
+        fsync_dir(folder)
+        return out
+
+    def _stage_merge_source(self, table: pa.Table, checkpoint_id: int) -> Manifest:
+        folder = self._staging.merge_source_dir(self.run_id, self.subtask)
+        pending = self._write_pending(checkpoint_id, "merge_source", (self._staging.relative(folder),))
+        reduced = self.spec.pre_reduce(table)
+        folder.mkdir(parents=True, exist_ok=True)
+        # Arrow IPC, not Parquet: the source never enters the table and is read back once at COMMIT;
+        # IPC writes about 6x faster (100k silver rows: 0.03 s vs 0.17 s) and reads at memory speed,
+        # and both sit on the path from the checkpoint barrier to visible rows. Twice the bytes.
+        path = folder / f"{checkpoint_id:020d}-{pending.token}{MERGE_SOURCE_SUFFIX}"
+        with open(path, "wb") as fh:
+            with pa.ipc.new_file(fh, reduced.schema) as ipc_writer:
+                ipc_writer.write_table(reduced)
+            fh.flush()
+            os.fsync(fh.fileno())
+        fsync_dir(folder)
+        st = path.stat()
+        staged = StagedFile(
+            path=self._staging.relative(path),
+            size_bytes=st.st_size,
+            num_rows=table.num_rows,
+            modification_time_ms=int(st.st_mtime * 1000),
+        )
+        prepared = replace(pending, state="prepared", files=(staged,))
+        self._staging.write(prepared)
+        return prepared
+
+
+def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """``batch`` in ``schema``: same column names in the same order, types cast only where safe."""
+    if batch.schema.names != schema.names:
+        missing = [n for n in schema.names if n not in batch.schema.names]
+        extra = [n for n in batch.schema.names if n not in schema.names]
+        raise BatchSchemaError(
+            f"batch columns {batch.schema.names} differ from the writer schema {schema.names} "
+            f"(missing: {missing}, unexpected: {extra}, or a different order). Fix: build batches "
+            "with the writer's schema."
+        )
+    if batch.schema.equals(schema, check_metadata=False):
+        return batch
+    try:
+        return batch.cast(schema)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        bad = [
+            f"{f.name}: {f.type} -> {batch.schema.field(f.name).type}"
+            for f in schema
+            if f.type != batch.schema.field(f.name).type
+        ]
+        raise BatchSchemaError(
+            f"batch types cannot be cast safely to the writer schema ({'; '.join(bad)}): {exc}"
+        ) from exc
+
+
+def partition_groups(
+    table: pa.Table, partition_by: list[str]
+) -> list[tuple[dict[str, str | None], str, pa.Table]]:
+    """Rows per partition: (serialized partition values, hive-style folder, rows), in partition order."""
+    if not partition_by:
+        return [({}, "", table)]
+    # Sort by the partition columns once and cut the runs: no per-row Python objects (the list
+    # aggregation this replaces turned every row index into a Python int on the barrier path).
+    parts = table.select(partition_by)
+    order = pc.sort_indices(parts, sort_keys=[(c, "ascending") for c in partition_by])
+    ordered = table.take(order)
+    keys = parts.take(order)
+    n = ordered.num_rows
+    change = np.zeros(n, dtype=bool)
+    change[0] = True
+    for col in keys.columns:
+        prev, cur = col.slice(0, n - 1), col.slice(1)
+        same = pc.or_(pc.fill_null(pc.equal(cur, prev), False), pc.and_(pc.is_null(cur), pc.is_null(prev)))
+        change[1:] |= ~np.asarray(same.to_numpy(zero_copy_only=False), dtype=bool)
+    starts = np.flatnonzero(change).tolist()
+    out = []
+    for start, end in zip(starts, [*starts[1:], n], strict=True):
+        first = keys.slice(start, 1).to_pylist()[0]
+        values = {c: partition_value(first[c]) for c in partition_by}
+        out.append((values, partition_dir(partition_by, values), ordered.slice(start, end - start)))
+    return out
