@@ -19,7 +19,7 @@ from pyflink.datastream import ProcessFunction, RuntimeContext
 
 from lakestream.dedup import DedupCache
 from lakestream.silver import silver_source
-from udfs.checkpoint_markers import DATA
+from udfs.checkpoint_markers import DATA, Marker
 from udfs.delta_sink import DeltaSinkSpec, TableWriters
 from udfs.ingest_rows import NOT_LATE, GatedBatch, from_epoch_millis, unpack_events
 from udfs.worker_gc import tune_for_batches
@@ -60,10 +60,11 @@ class ResolveBatches(ProcessFunction):  # type: ignore[misc]
 
     def process_element(self, value: Any, ctx: ProcessFunction.Context) -> Iterator[Any]:
         """A checkpoint marker for the writers, or one gated batch to route and resolve."""
-        if value[0] != DATA:
+        marker = Marker.of(value)
+        if marker.kind != DATA:
             yield from self.tables.on_marker(value)
             return
-        gated = GatedBatch._make(value[5])
+        gated = GatedBatch._make(marker.payload)
         late_wms = gated.late_watermarks or ()
         batch = unpack_events(gated.events)
         tables, seen = self.tables, self._seen

@@ -20,7 +20,7 @@ from pyflink.datastream import ProcessFunction, RuntimeContext
 from lakestream.adapters import AdapterSettings, get_adapter
 from lakestream.quality import QualityRules, classify
 from lakestream.standard import EVENT_COLUMNS, Rejected
-from udfs.checkpoint_markers import DATA
+from udfs.checkpoint_markers import DATA, Marker
 from udfs.delta_sink import DeltaSinkSpec, TableWriters, rows_to_batch
 from udfs.ingest_rows import KafkaBatch, bronze_row, epoch_millis, invalid_row, pack_events, quarantine_row
 from udfs.worker_gc import tune_for_batches
@@ -96,10 +96,11 @@ class StandardiseFunction(ProcessFunction):  # type: ignore[misc]
 
     def process_element(self, value: Any, ctx: ProcessFunction.Context) -> Iterator[Any]:
         """A checkpoint marker for the table writers, or a batch of Kafka records to route."""
-        if value[0] != DATA:
+        marker = Marker.of(value)
+        if marker.kind != DATA:
             self.tables.on_marker(value)
             return
-        batch = KafkaBatch._make(value[5])
+        batch = KafkaBatch._make(marker.payload)
         self._batches.inc()
         now = datetime.now(UTC)
         rows: list[Any] = []
