@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from devtools.sample_events import SampleSettings, SourceEvent, expected_silver, generate
 from lakestream.config import Config
-from lakestream.sample_events import SampleSettings, SourceEvent, expected_silver, generate
 
 PARTITIONS = 2
 

@@ -16,9 +16,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from devtools.sample_events import SampleSettings, by_source, generate, produce
 from lakestream import paths
 from lakestream.config import Config
-from lakestream.sample_events import SampleSettings, by_source, generate, produce
 
 
 @contextlib.contextmanager

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lakestream.sample_events import generate
+from devtools.sample_events import generate
 
 # ``benchmarks`` is not an installed package: importable from the project root (``python -m pytest`` adds
 # the working directory, a bare ``pytest`` does not).
