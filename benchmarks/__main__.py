@@ -340,8 +340,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"benchmarks: {exc}", file=sys.stderr)
         return 2
 
+    from devtools.kafka_broker import LocalKafka
     from lakestream.config import load_config
-    from lakestream.kafka_broker import LocalKafka
 
     out_dir = Path(a.out)
     work = out_dir / "work"

@@ -174,8 +174,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from benchmarks.unbounded import child_env, ingest_run_cmd, stop_group
     from benchmarks.workload import prepare
+    from devtools.kafka_broker import LocalKafka
     from lakestream.config import load_config
-    from lakestream.kafka_broker import LocalKafka
 
     py_spy = shutil.which("py-spy", path=str(Path(sys.executable).parent))
     if py_spy is None:

@@ -124,8 +124,8 @@ def measure_flink(
 
     from benchmarks.latency import percentiles, utc_now
     from benchmarks.unbounded import child_env, stop_group
+    from devtools.kafka_broker import create_topic
     from lakestream import paths
-    from lakestream.kafka_broker import create_topic
 
     run_dir = work / "source-lag-flink"
     shutil.rmtree(run_dir, ignore_errors=True)

@@ -24,7 +24,7 @@ SOURCES = ("orders_db", "payments", "logistics", "behaviour")
 
 def source_topics(bootstrap: str, prefix: str, *, partitions: int) -> tuple[dict[str, str], dict[str, str]]:
     """Create ``<prefix><source>`` for every source; return them and the overrides that point ingest there."""
-    from lakestream.kafka_broker import create_topic
+    from devtools.kafka_broker import create_topic
 
     topics = {s: f"{prefix}{s}" for s in SOURCES}
     for t in topics.values():

@@ -27,7 +27,7 @@ def _bootstrap(cfg: Config) -> str:
     """The broker address; ``embedded`` means the background broker started by ``lakestream kafka start``."""
     if not cfg.kafka.embedded:
         return cfg.kafka.bootstrap_servers
-    from lakestream import kafka_broker
+    from devtools import kafka_broker
 
     status = kafka_broker.status_detached()
     if not status.running or not status.bootstrap_servers:
@@ -56,7 +56,7 @@ def _checkpoints(cfg: Config, job: str, *, resume: bool) -> tuple[str, Path | No
 
 def cmd_kafka(args: argparse.Namespace) -> int:
     """Start, stop or inspect the local single-node KRaft broker kept in the background."""
-    from lakestream import kafka_broker
+    from devtools import kafka_broker
 
     try:
         if args.action == "start":

@@ -52,7 +52,7 @@ def _broker(cfg: Config) -> Iterator[str]:
     if not cfg.kafka.embedded:
         yield cfg.kafka.bootstrap_servers
         return
-    from lakestream.kafka_broker import LocalKafka
+    from devtools.kafka_broker import LocalKafka
 
     data_dir = paths.STATE_DIR / "demo-kafka"
     shutil.rmtree(data_dir, ignore_errors=True)
@@ -90,8 +90,8 @@ def _env(cfg: Config, bootstrap: str) -> dict[str, str]:
 
 def run_demo(cfg: Config, *, events: int) -> int:
     """Produce sample events, ingest them bounded, print the tables; returns the exit code."""
+    from devtools.kafka_broker import create_topic
     from flink_jobs.tables import print_tables
-    from lakestream.kafka_broker import create_topic
 
     # The demo owns <root>/demo and starts it empty, so running it twice gives the same tables.
     demo_root = Path(cfg.lakehouse.root) / "demo"

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="session")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Bootstrap address of a real single-node KRaft broker on loopback, for the whole session."""
-    from lakestream.kafka_broker import LocalKafka
+    from devtools.kafka_broker import LocalKafka
 
     with LocalKafka.start(data_dir=tmp_path_factory.mktemp("kafka")) as broker:
         yield broker.bootstrap_servers

@@ -277,7 +277,7 @@ def test_killed_changefeed_restarted_from_its_checkpoint_is_exact(tmp_path, lake
 def test_changefeed_to_kafka_exactly_once(tmp_path, lakehouse, kafka):
     from kafka import KafkaConsumer
 
-    from lakestream.kafka_broker import create_topic
+    from devtools.kafka_broker import create_topic
 
     src = lakehouse / "silver" / "orders"
     src.parent.mkdir(parents=True)

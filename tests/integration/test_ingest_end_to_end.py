@@ -34,8 +34,8 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
+from devtools.kafka_broker import create_topic
 from devtools.sample_events import SampleSettings, SourceEvent, expected_silver, generate
-from lakestream.kafka_broker import create_topic
 
 pytestmark = pytest.mark.integration
 

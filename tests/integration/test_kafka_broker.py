@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from lakestream.kafka_broker import (
+from devtools.kafka_broker import (
     BrokerAlreadyRunningError,
     DataDirInUseError,
     LocalKafka,

@@ -10,7 +10,7 @@ import pytest
 from deltalake import DeltaTable
 from kafka import KafkaProducer
 
-from lakestream.kafka_broker import create_topic
+from devtools.kafka_broker import create_topic
 
 pytestmark = pytest.mark.integration
 

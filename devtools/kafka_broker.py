@@ -553,12 +553,12 @@ def _write_config(layout: _Layout, port: int, controller_port: int) -> None:
         "group.initial.rebalance.delay.ms": "0",
     }
     layout.server_properties.write_text(
-        "# Written by lakestream/kafka_broker.py at every start; edits are overwritten.\n"
+        "# Written by devtools/kafka_broker.py at every start; edits are overwritten.\n"
         + "".join(f"{key}={value}\n" for key, value in settings.items())
     )
     log_file = str(layout.log_file)
     layout.log4j_properties.write_text(
-        "# Written by lakestream/kafka_broker.py: broker logs go to a size-capped file, not stderr.\n"
+        "# Written by devtools/kafka_broker.py: broker logs go to a size-capped file, not stderr.\n"
         "status = warn\n"
         "appender.file.type = RollingFile\n"
         "appender.file.name = file\n"
