@@ -9,8 +9,8 @@ import pytest
 from deltalake import DeltaTable
 from kafka import KafkaProducer
 
+from devtools.flink_cluster import StandaloneCluster
 from devtools.kafka_broker import create_topic
-from lakestream.flink_runtime import StandaloneCluster
 
 pytestmark = pytest.mark.cluster
 

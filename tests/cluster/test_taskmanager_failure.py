@@ -11,8 +11,8 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 from kafka import KafkaProducer
 
+from devtools.flink_cluster import StandaloneCluster
 from devtools.kafka_broker import create_topic
-from lakestream.flink_runtime import StandaloneCluster
 
 pytestmark = pytest.mark.cluster
 
