@@ -123,8 +123,9 @@ def measure_flink(
     from deltalake import write_deltalake
 
     from benchmarks.latency import percentiles, utc_now
-    from benchmarks.unbounded import child_env, stop_group
+    from benchmarks.unbounded import child_env
     from devtools.kafka_broker import create_topic
+    from devtools.processes import kill_group
     from lakestream import paths
 
     run_dir = work / "source-lag-flink"
@@ -190,7 +191,7 @@ def measure_flink(
             consume(time.monotonic() + 10)  # drain the last commits
         finally:
             consumer.close()
-            stop_group(proc)
+            kill_group(proc, grace=20)
     lags = [first_seen[b] - t for b, t in committed.items() if b in first_seen]
     out.update(
         commits=len(committed),

@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,21 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from devtools import processes
 from lakestream.flink_runtime import FlinkRuntimeError, flink_home, require_java
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def port_in_use(port: int) -> bool:
-    """True when something listens on 127.0.0.1:port."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 @dataclass
@@ -69,7 +55,7 @@ class StandaloneCluster:
             shutil.copy(self.home / "conf" / name, self.conf_dir / name)
         settings = {
             "jobmanager.rpc.address": "localhost",
-            "jobmanager.rpc.port": str(free_port()),
+            "jobmanager.rpc.port": str(processes.free_port()),
             "jobmanager.bind-host": "localhost",
             "jobmanager.memory.process.size": "1024m",
             "taskmanager.bind-host": "localhost",
@@ -131,8 +117,8 @@ class StandaloneCluster:
         """Start the JobManager and TaskManagers and wait until all slots are registered."""
         require_java()
         if self.rest_port == 0:
-            self.rest_port = free_port()
-        elif port_in_use(self.rest_port):
+            self.rest_port = processes.free_port()
+        elif processes.port_in_use(self.rest_port):
             raise FlinkRuntimeError(
                 f"port {self.rest_port} is in use; stop what listens there or choose another rest port"
             )
@@ -171,7 +157,7 @@ class StandaloneCluster:
     def kill_taskmanager(self) -> int:
         """SIGKILL one TaskManager, as a machine failure would, and return its pid."""
         pids = self.taskmanager_pids()
-        alive = [p for p in pids if _alive(p)]
+        alive = [p for p in pids if processes.alive(p)]
         if not alive:
             raise FlinkRuntimeError("no running TaskManager to kill")
         os.kill(alive[0], signal.SIGKILL)
@@ -191,27 +177,17 @@ class StandaloneCluster:
         self._bin("jobmanager.sh", "stop-all", timeout=60)
         pids = _read_pids(self.pid_dir, "taskexecutor") + _read_pids(self.pid_dir, "standalonesession")
         deadline = time.monotonic() + 20
-        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        while any(processes.alive(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.3)
-        for p in pids:
-            if _alive(p):
-                os.kill(p, signal.SIGKILL)
+        processes.kill_until_gone(lambda: [p for p in pids if processes.alive(p)], timeout=10)
         # A TaskManager killed with SIGKILL leaves its PyFlink Python workers running (they keep waiting
         # on the dead JVM's gRPC channel, re-parented to init); they carry this cluster's configuration
-        # folder in their environment, which is how they are found. A SIGKILLed process is still listed
-        # until the kernel has torn it down, so wait (and kill again) until none is left.
-        deadline = time.monotonic() + 15
-        while (leftovers := self.leftover_processes()) and time.monotonic() < deadline:
-            for p in leftovers:
-                try:
-                    os.kill(p, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.1)
+        # folder in their environment, which is how they are found.
+        processes.kill_until_gone(self.leftover_processes, timeout=15)
 
     def leftover_processes(self) -> list[int]:
         """Pids of processes started for this cluster (``FLINK_CONF_DIR`` = its conf folder), Linux only."""
-        return _pids_with_env("FLINK_CONF_DIR", str(self.conf_dir))
+        return processes.pids_with_env("FLINK_CONF_DIR", str(self.conf_dir))
 
     def __enter__(self) -> StandaloneCluster:
         return self.start()
@@ -282,25 +258,6 @@ def _wheel_java_opts(home: Path) -> str:
     return ""
 
 
-def _pids_with_env(key: str, value: str) -> list[int]:
-    """Pids of other processes whose environment holds ``key=value`` ([] where /proc is missing)."""
-    needle = f"{key}={value}".encode()
-    found: list[int] = []
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return found
-    for entry in proc.iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:  # gone meanwhile, or not ours to read
-            continue
-        if needle in environ.split(b"\0"):
-            found.append(int(entry.name))
-    return found
-
-
 def _read_pids(pid_dir: Path, kind: str) -> list[int]:
     pids: list[int] = []
     for f in pid_dir.glob(f"*{kind}*.pid"):
@@ -308,18 +265,3 @@ def _read_pids(pid_dir: Path, kind: str) -> list[int]:
             if line.strip().isdigit():
                 pids.append(int(line))
     return pids
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # pragma: no cover - not ours
-        return True
-    # A zombie child still answers kill(0); treat it as gone.
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
-            return fh.read().split()[2] != "Z"
-    except OSError:
-        return False

@@ -9,7 +9,9 @@ sets the executable, a bounded restart strategy and retained checkpoints.
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,11 +28,41 @@ class FlinkRuntimeError(RuntimeError):
     """The Flink runtime could not be set up; the message says what to do."""
 
 
+class JavaNotFoundError(FlinkRuntimeError):
+    """No usable ``java`` (17+): Flink 2 and the Kafka 4 broker need one."""
+
+
+MIN_JAVA = 17
+
+
 def require_java() -> str:
-    """Return the ``java`` executable or fail with the fix."""
-    java = shutil.which("java")
+    """The ``java`` to run, as PyFlink's launcher picks it ($JAVA_HOME/bin/java, else PATH), if 17+.
+
+    Fails with the fix when there is none or it is older than Java 17.
+    """
+    java_home = os.environ.get("JAVA_HOME")
+    candidate = Path(java_home) / "bin" / "java" if java_home else None
+    java = str(candidate) if candidate and candidate.is_file() else shutil.which("java")
     if java is None:
-        raise FlinkRuntimeError("no `java` on PATH: install a JDK 17 (e.g. `apt-get install openjdk-17-jdk`)")
+        raise JavaNotFoundError(
+            "`java` not found (neither $JAVA_HOME/bin/java nor on PATH): install a JDK 17+ "
+            "(e.g. `apt-get install openjdk-17-jdk-headless`)"
+        )
+    try:
+        result = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30, check=False)
+    except OSError as exc:
+        raise JavaNotFoundError(f"cannot run {java}: {exc}; install a JDK 17+") from exc
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', result.stderr + result.stdout)
+    if match is None:
+        raise JavaNotFoundError(f"cannot tell the version of {java}: {result.stderr.strip()!r}")
+    major = int(match.group(1))
+    if major == 1 and match.group(2):  # "1.8.0_x" style: Java 8
+        major = int(match.group(2))
+    if major < MIN_JAVA:
+        raise JavaNotFoundError(
+            f"{java} is Java {major}, Flink 2 and Kafka 4 need Java {MIN_JAVA}+: install a JDK 17+ "
+            "and put it first on PATH or set JAVA_HOME"
+        )
     return java
 
 

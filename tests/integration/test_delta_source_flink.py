@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -22,6 +21,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import TableNotFoundError
+
+from devtools.processes import kill_group
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,8 +106,7 @@ def run(cmd: list[str], env: dict[str, str], log: Path, timeout: float = 150) ->
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+            kill_group(proc)
             raise AssertionError(f"job timed out after {timeout:.0f} s:\n{tail(log)}") from None
     return Finished(proc.returncode, log.read_text(errors="replace"))
 
@@ -244,8 +244,7 @@ def test_killed_changefeed_restarted_from_its_checkpoint_is_exact(tmp_path, lake
             assert time.monotonic() < deadline, f"no output after 120 s:\n{log.read_text()[-4000:]}"
             time.sleep(0.2)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
+        kill_group(proc)
     partial = output_rows(out)
     assert 0 < partial < sum(expected_changes(src).values()), "the job was not killed mid-stream"
     # New versions arrive while the job is down.

@@ -18,7 +18,6 @@ import json
 import os
 import random
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -35,6 +34,7 @@ from deltalake.exceptions import TableNotFoundError
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from devtools.kafka_broker import create_topic
+from devtools.processes import kill_group
 from devtools.sample_events import SampleSettings, SourceEvent, expected_silver, generate
 
 pytestmark = pytest.mark.integration
@@ -491,11 +491,6 @@ def start_unbounded(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     )
 
 
-def kill(proc: subprocess.Popen[bytes]) -> None:
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
-
-
 def wait_for(
     lakehouse: Path, counts: dict[str, int], proc: subprocess.Popen[bytes], log: Path, timeout: float = 150
 ) -> None:
@@ -530,7 +525,7 @@ def test_ingest_killed_and_resumed_gives_the_same_tables(kafka: str, lakehouse: 
         wait_for(lakehouse, counts, first, log)
         time.sleep(1.5)  # a few more (empty) checkpoints; the kill lands anywhere between them
     finally:
-        kill(first)  # no clean shutdown: staged files and uncommitted checkpoints stay behind
+        kill_group(first)  # no clean shutdown: staged files and uncommitted checkpoints stay behind
     produce(kafka, topics, records[half:])
 
     second = start_unbounded(env, log)
@@ -538,7 +533,7 @@ def test_ingest_killed_and_resumed_gives_the_same_tables(kafka: str, lakehouse: 
         wait_for(lakehouse, expected_counts(records), second, log)
         time.sleep(3)  # a few more checkpoints: nothing may be added twice
     finally:
-        kill(second)
+        kill_group(second)
     print(f"kill-and-resume ingest of {len(records)} records took {time.monotonic() - started:.1f}s")
     assert "resuming from checkpoint" in log.read_text()
     assert_tables(lakehouse, records)
