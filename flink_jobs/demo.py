@@ -7,6 +7,7 @@ with ``flink run`` when ``flink.jobmanager`` is set), and prints where the table
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import shutil
@@ -17,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from devtools.sample_events import SampleSettings, by_source, generate, produce
+from flink_jobs.cli_common import SubParsers, add_command, load
 from lakestream import paths
 from lakestream.config import Config
 
@@ -126,3 +128,21 @@ def run_demo(cfg: Config, *, events: int) -> int:
         f"{len(by['logistics'])} logistics pushes, {len(by['behaviour'])} behaviour logs)"
     )
     return 0
+
+
+def register(subparsers: SubParsers) -> argparse.ArgumentParser:
+    """Register ``lakestream demo`` on the CLI's sub-command parsers."""
+    p = add_command(
+        subparsers,
+        "demo",
+        func=cmd_demo,
+        flags=("lakehouse", "bootstrap_servers"),
+        help="embedded broker + sample events + the main job, bounded",
+    )
+    p.add_argument("--events", type=int, default=2000, help="sample events to produce")
+    return p
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Run the main job end to end on the embedded default and show the tables it wrote."""
+    return run_demo(load(args), events=args.events)

@@ -230,7 +230,7 @@ def test_killed_changefeed_restarted_from_its_checkpoint_is_exact(tmp_path, lake
     base += ["--max-files-per-trigger", "1", "--poll-interval", "300ms"]
     log = tmp_path / "run1.log"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "flink_jobs.changefeed", *base],
+        [sys.executable, "-m", "flink_jobs", "changefeed", *base],
         cwd=ROOT,
         env={**os.environ, **env},
         stdout=log.open("wb"),
@@ -256,7 +256,8 @@ def test_killed_changefeed_restarted_from_its_checkpoint_is_exact(tmp_path, lake
         [
             sys.executable,
             "-m",
-            "flink_jobs.changefeed",
+            "flink_jobs",
+            "changefeed",
             *base,
             "--polls",
             "60",
@@ -289,7 +290,8 @@ def test_changefeed_to_kafka_exactly_once(tmp_path, lakehouse, kafka):
         [
             sys.executable,
             "-m",
-            "flink_jobs.changefeed",
+            "flink_jobs",
+            "changefeed",
             "--table",
             "silver/orders",
             "--to",
@@ -336,7 +338,8 @@ def test_vacuumed_gap_stops_the_job_with_a_clear_error_or_is_skipped_on_request(
     base = [
         sys.executable,
         "-m",
-        "flink_jobs.changefeed",
+        "flink_jobs",
+        "changefeed",
         "--table",
         "silver/orders",
         "--from-version",

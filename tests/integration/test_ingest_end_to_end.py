@@ -331,9 +331,9 @@ def late_expectation(records: list[Record]) -> dict[tuple[str, int, int], int]:
 
 
 def run_ingest(env: dict[str, str], timeout: float = 200) -> subprocess.CompletedProcess[str]:
-    """``python -m flink_jobs.ingest --bounded`` in its own process (own JVM), failing with its output."""
+    """``python -m flink_jobs ingest --bounded`` in its own process (own JVM), failing with its output."""
     proc = subprocess.run(
-        [sys.executable, "-m", "flink_jobs.ingest", "--bounded"],
+        [sys.executable, "-m", "flink_jobs", "ingest", "--bounded"],
         cwd=ROOT,
         env={**os.environ, **env},
         capture_output=True,
@@ -482,7 +482,7 @@ def test_ingest_bounded_tables_equal_expectations(kafka: str, lakehouse: Path, t
 
 def start_unbounded(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "flink_jobs.ingest"],
+        [sys.executable, "-m", "flink_jobs", "ingest"],
         cwd=ROOT,
         env={**os.environ, **env},
         stdout=log.open("ab"),

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 
 from flink_jobs.changefeed import (
     ChangefeedTarget,
-    add_changefeed_parser,
     change_event_json,
     resolve_table,
     source_failure,
 )
+from flink_jobs.cli import build_parser
 from lakestream.config import Config, ConfigError, LakehouseConfig
 
 
@@ -35,10 +35,8 @@ def test_tables_resolve_under_the_lakehouse_unless_absolute(tmp_path):
     assert resolve_table(cfg, "s3://b/t") == "s3://b/t"
 
 
-def test_parser_wires_into_a_cli():
-    parser = argparse.ArgumentParser(prog="lakestream")
-    parser.add_argument("--config", default=None)
-    add_changefeed_parser(parser.add_subparsers(dest="command"))
+def test_changefeed_arguments_on_the_cli():
+    parser = build_parser()
     args = parser.parse_args(
         [
             "--config",
@@ -56,7 +54,7 @@ def test_parser_wires_into_a_cli():
         ]
     )
     assert (args.config, args.table, args.to.kind, args.from_version) == (
-        "c.toml",
+        Path("c.toml"),
         "silver/orders",
         "kafka",
         3,
