@@ -39,3 +39,16 @@ def test_every_service_depending_on_another_names_a_real_one():
         deps = svc.get("depends_on", [])
         for dep in deps if isinstance(deps, list) else deps.keys():
             assert dep in services, f"{name} depends on unknown service {dep}"
+
+
+def test_the_image_copies_every_package_the_project_installs():
+    import tomllib
+
+    include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    packages = {pattern.rstrip("*") for pattern in include["include"]}
+    copied = {
+        line.split()[1]
+        for line in (ROOT / "docker" / "Dockerfile").read_text().splitlines()
+        if line.startswith("COPY ") and "--from" not in line
+    }
+    assert packages <= copied, f"the Dockerfile does not copy {sorted(packages - copied)}"
