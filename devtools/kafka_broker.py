@@ -1,17 +1,9 @@
-"""A local single-node Kafka broker (KRaft, combined broker + controller) for the demo and the tests.
+"""A local single-node Kafka broker (KRaft, broker + controller in one JVM) for the demo and the tests.
 
-Why a child JVM and not a container: the machine has Java but no Docker engine, and the Maven build
-already puts a Kafka 4 broker with its dependencies in ``jvm/target/lib/kafka``. Everything is bound to
-127.0.0.1, ports are chosen free at start, and internal topics use replication factor 1 so one node is
-a complete cluster.
-
-Two ways to run it:
-
-* in-process: ``with LocalKafka.start(data_dir=tmp) as kafka: ...`` -- the broker dies with the
-  Python process that started it (Linux parent-death signal), so a crashed test leaves no stray JVM;
-* detached: :func:`start_detached` / :func:`status_detached` / :func:`stop_detached` keep the broker
-  running in the background and remember its pid and address in a small JSON file under ``STATE_DIR``,
-  so ``lakestream kafka start|status|stop`` can manage it from separate processes.
+A child JVM rather than a container: the machines have Java but no Docker engine, and the Maven build
+already puts a Kafka 4 broker in ``jvm/target/lib/kafka``. :class:`LocalKafka` lives as long as the
+thread that started it; :func:`start_detached` keeps one in the background for ``lakestream kafka``.
+How both behave is written down in DESIGN.md (Local services).
 """
 
 from __future__ import annotations
