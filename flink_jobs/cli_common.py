@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lakestream.config import Config, ConfigError, load_config
 
 if TYPE_CHECKING:  # pragma: no cover
-    from flink_jobs.kafka_input import EndOffsets
-
     SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
 else:
     SubParsers = Any
@@ -115,17 +112,6 @@ def checkpoints(cfg: Config, job: str, *, resume: bool) -> tuple[str, Path | Non
     return str(folder), resume_from
 
 
-@dataclass(frozen=True)
-class KafkaRun:
-    """Where a Kafka-reading job runs against, and from where it starts."""
-
-    bootstrap_servers: str
-    #: Where a bounded run stops (None: unbounded).
-    end_offsets: EndOffsets | None
-    checkpoint_dir: str
-    resume_from: Path | None
-
-
 def run_kafka_job(
     cfg: Config,
     args: argparse.Namespace,
@@ -133,11 +119,13 @@ def run_kafka_job(
     job: str,
     topics: Sequence[str],
     group_id: str,
-    build: Callable[[KafkaRun], Any],
+    build: Callable[..., Any],
     job_name: str,
 ) -> int:
     """Run a job that reads ``topics`` as consumer group ``group_id`` (``--bounded``, ``--fresh``).
 
+    ``build`` returns the job's environment given ``bootstrap_servers``, ``bounded``, ``end_offsets``,
+    ``checkpoint_dir`` and ``resume_from`` (as ``build_ingest_job`` and ``build_landing_job`` take them).
     Bounded runs stop at the end offsets snapshotted here; once the job has finished they commit
     those offsets to the group (so the next run starts where this one ended) and list the tables.
     Unbounded runs resume from the job's newest retained checkpoint unless ``--fresh``.
@@ -148,7 +136,13 @@ def run_kafka_job(
     bootstrap = broker(cfg)
     end_offsets = snapshot_end_offsets(bootstrap, topics) if args.bounded else None
     checkpoint_dir, resume_from = checkpoints(cfg, job, resume=not (args.bounded or args.fresh))
-    env = build(KafkaRun(bootstrap, end_offsets, checkpoint_dir, resume_from))
+    env = build(
+        bootstrap_servers=bootstrap,
+        bounded=args.bounded,
+        end_offsets=end_offsets,
+        checkpoint_dir=checkpoint_dir,
+        resume_from=resume_from,
+    )
     env.execute(job_name)
     if end_offsets is not None:
         commit_group_offsets(bootstrap, group_id, end_offsets)

@@ -70,10 +70,11 @@ resume from the job's newest retained checkpoint (``--fresh`` to start from the 
 from __future__ import annotations
 
 import argparse
+import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flink_jobs.cli_common import KafkaRun, SubParsers, add_command, load, run_kafka_job
+from flink_jobs.cli_common import SubParsers, add_command, load, run_kafka_job
 from lakestream.config import Config, ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -248,23 +249,12 @@ def register(subparsers: SubParsers) -> argparse.ArgumentParser:
 def cmd_ingest(args: argparse.Namespace) -> int:
     """Run the ingest job (MiniCluster, or the cluster under ``flink run``); bounded runs list the tables."""
     cfg = load(args)
-
-    def build(run: KafkaRun) -> Any:
-        return build_ingest_job(
-            cfg,
-            bootstrap_servers=run.bootstrap_servers,
-            bounded=args.bounded,
-            end_offsets=run.end_offsets,
-            checkpoint_dir=run.checkpoint_dir,
-            resume_from=run.resume_from,
-        )
-
     return run_kafka_job(
         cfg,
         args,
         job="ingest",
         topics=sorted(set(cfg.kafka.topics.values())),
         group_id=cfg.kafka.group_id,
-        build=build,
+        build=functools.partial(build_ingest_job, cfg),
         job_name=JOB_NAME + (" (bounded)" if args.bounded else ""),
     )

@@ -8,13 +8,14 @@ record with its Kafka coordinates, so anything downstream can be recomputed from
 from __future__ import annotations
 
 import argparse
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
-from flink_jobs.cli_common import KafkaRun, SubParsers, add_command, load, run_kafka_job
+from flink_jobs.cli_common import SubParsers, add_command, load, run_kafka_job
 from flink_jobs.kafka_input import EndOffsets, StartingOffsets, kafka_records
 from lakestream.config import Config
 from lakestream.flink_runtime import build_env
@@ -100,20 +101,9 @@ def register(subparsers: SubParsers) -> argparse.ArgumentParser:
 def cmd_land(args: argparse.Namespace) -> int:
     """Land raw Kafka records into an append-only Delta table."""
     cfg = load(args)
-
-    def build(run: KafkaRun) -> Any:
-        return build_landing_job(
-            cfg,
-            bootstrap_servers=run.bootstrap_servers,
-            topics=args.topic,
-            table=args.table,
-            bounded=args.bounded,
-            starting_offsets=args.starting_offsets,
-            end_offsets=run.end_offsets,
-            checkpoint_dir=run.checkpoint_dir,
-            resume_from=run.resume_from,
-        )
-
+    build = functools.partial(
+        build_landing_job, cfg, topics=args.topic, table=args.table, starting_offsets=args.starting_offsets
+    )
     return run_kafka_job(
         cfg,
         args,

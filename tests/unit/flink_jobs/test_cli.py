@@ -162,8 +162,8 @@ def kafka_job(tmp_path, monkeypatch):
     def run(**flags: bool) -> FakeEnv:
         env = FakeEnv()
 
-        def build(run: cli_common.KafkaRun) -> FakeEnv:
-            calls["runs"].append(run)
+        def build(**given: Any) -> FakeEnv:
+            calls["runs"].append(SimpleNamespace(**given))
             return env
 
         args = argparse.Namespace(**{"bounded": False, "fresh": False, **flags})
@@ -182,7 +182,12 @@ def kafka_job(tmp_path, monkeypatch):
 def test_a_bounded_run_stops_at_the_snapshot_then_commits_it_and_lists_the_tables(kafka_job):
     kafka_job["run"](bounded=True)
     [run] = kafka_job["runs"]
-    assert (run.bootstrap_servers, run.end_offsets, run.resume_from) == ("h:1", {("t", 0): 7}, None)
+    assert (run.bootstrap_servers, run.bounded, run.end_offsets, run.resume_from) == (
+        "h:1",
+        True,
+        {("t", 0): 7},
+        None,
+    )
     assert kafka_job["commits"] == [("h:1", "g", {("t", 0): 7})]
     assert kafka_job["printed"] == [kafka_job["root"]]
 
@@ -191,8 +196,9 @@ def test_an_unbounded_run_resumes_unless_fresh_and_commits_nothing(kafka_job):
     kafka_job["run"]()
     kafka_job["run"](fresh=True)
     resumed, fresh = kafka_job["runs"]
-    assert (resumed.end_offsets, resumed.resume_from) == (None, kafka_job["done"])
+    assert (resumed.bounded, resumed.end_offsets, resumed.resume_from) == (False, None, kafka_job["done"])
     assert (fresh.end_offsets, fresh.resume_from) == (None, None)
+    assert resumed.checkpoint_dir == fresh.checkpoint_dir == str(Path(kafka_job["done"]).parents[1])
     assert kafka_job["commits"] == [] and kafka_job["printed"] == []
 
 
