@@ -36,6 +36,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from devtools.kafka_broker import create_topic
 from devtools.processes import kill_group
 from devtools.sample_events import SampleSettings, SourceEvent, expected_silver, generate
+from tests.support.cli import run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -332,21 +333,7 @@ def late_expectation(records: list[Record]) -> dict[tuple[str, int, int], int]:
 
 def run_ingest(env: dict[str, str], timeout: float = 200) -> subprocess.CompletedProcess[str]:
     """``python -m flink_jobs ingest --bounded`` in its own process (own JVM), failing with its output."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "flink_jobs", "ingest", "--bounded"],
-        cwd=ROOT,
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise AssertionError(
-            f"ingest exited {proc.returncode}\n--- stdout\n{proc.stdout[-5000:]}"
-            f"\n--- stderr\n{proc.stderr[-8000:]}"
-        )
-    return proc
+    return run_cli("ingest", "--bounded", env=env, timeout=timeout)
 
 
 def read(lakehouse: Path, table: str) -> list[dict[str, Any]]:
