@@ -238,7 +238,7 @@ class LocalKafka:
 
     def stop(self, timeout: float = 30) -> int | None:
         """Shut down cleanly (SIGTERM), SIGKILL after ``timeout`` seconds; returns the exit code."""
-        return _terminate(self._process.pid, timeout=timeout, popen=self._process)
+        return _stop_broker(self._process.pid, timeout=timeout, popen=self._process)
 
     def __enter__(self) -> LocalKafka:
         return self
@@ -334,7 +334,7 @@ def stop_detached(*, timeout: float = 30, state_file: Path | None = None) -> Bro
     state_path = state_file or DEFAULT_STATE_FILE
     before = status_detached(state_file=state_path, probe=False)
     if before.running and before.pid is not None:
-        _terminate(before.pid, timeout=timeout, popen=_DETACHED_CHILDREN.pop(before.pid, None))
+        _stop_broker(before.pid, timeout=timeout, popen=_DETACHED_CHILDREN.pop(before.pid, None))
     state_path.unlink(missing_ok=True)
     return before
 
@@ -644,8 +644,8 @@ def _responds(bootstrap_servers: str, *, timeout: float) -> bool:
 # ------------------------------------------------------------------------------------------- stopping
 
 
-def _terminate(pid: int, *, timeout: float, popen: subprocess.Popen[bytes] | None) -> int | None:
-    """SIGTERM, wait, SIGKILL (``processes.terminate``); a broker that survives is a KafkaBrokerError."""
+def _stop_broker(pid: int, *, timeout: float, popen: subprocess.Popen[bytes] | None) -> int | None:
+    """``processes.terminate`` for the broker JVM; one that survives SIGKILL is a KafkaBrokerError."""
     try:
         return processes.terminate(pid, timeout=timeout, popen=popen, name="kafka broker")
     except OSError as exc:
