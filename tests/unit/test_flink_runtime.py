@@ -19,7 +19,7 @@ def fake_java(folder: Path, version: str) -> Path:
     return java
 
 
-def test_java_home_comes_before_the_path(tmp_path, monkeypatch):
+def test_java_home_comes_before_the_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     home = fake_java(tmp_path / "home", "21.0.2")
     fake_java(tmp_path / "onpath", "17.0.9")
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "home"))
@@ -27,7 +27,7 @@ def test_java_home_comes_before_the_path(tmp_path, monkeypatch):
     assert require_java() == str(home)
 
 
-def test_the_path_is_used_without_java_home(tmp_path, monkeypatch):
+def test_the_path_is_used_without_java_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     on_path = fake_java(tmp_path / "onpath", "17.0.9")
     monkeypatch.delenv("JAVA_HOME", raising=False)
     monkeypatch.setenv("PATH", str(on_path.parent))
@@ -35,7 +35,9 @@ def test_the_path_is_used_without_java_home(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("version", ["11.0.22", "1.8.0_392"])
-def test_a_java_older_than_17_is_refused_with_its_version(tmp_path, monkeypatch, version):
+def test_a_java_older_than_17_is_refused_with_its_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: str
+) -> None:
     fake_java(tmp_path / "old", version)
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "old"))
     major = version.split(".")[0] if not version.startswith("1.") else version.split(".")[1]
@@ -43,7 +45,9 @@ def test_a_java_older_than_17_is_refused_with_its_version(tmp_path, monkeypatch,
         require_java()
 
 
-def test_no_java_names_the_fix_and_is_a_flink_runtime_error(tmp_path, monkeypatch):
+def test_no_java_names_the_fix_and_is_a_flink_runtime_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("JAVA_HOME", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(FlinkRuntimeError, match=r"`java` not found .*install a JDK 17\+"):

@@ -71,23 +71,23 @@ def cycle_in(g: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def test_the_cycle_finder_finds_a_cycle():
+def test_the_cycle_finder_finds_a_cycle() -> None:
     assert cycle_in({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert cycle_in({"a": {"b"}, "b": set()}) is None
 
 
-def test_no_import_circle_between_project_modules():
+def test_no_import_circle_between_project_modules() -> None:
     assert cycle_in(graph()) is None
 
 
-def test_the_product_does_not_import_the_dev_tools_or_the_cli():
+def test_the_product_does_not_import_the_dev_tools_or_the_cli() -> None:
     for module, deps in graph().items():
         if module.split(".")[0] in ("lakestream", "sinks", "sources", "udfs"):
             wrong = sorted(d for d in deps if d.split(".")[0] in ("devtools", "flink_jobs"))
             assert not wrong, f"{module} imports {wrong}"
 
 
-def test_jobs_and_dev_tools_take_no_private_names_from_other_modules():
+def test_jobs_and_dev_tools_take_no_private_names_from_other_modules() -> None:
     known = modules()
     for module, path in known.items():
         if module.split(".")[0] not in ("flink_jobs", "devtools"):

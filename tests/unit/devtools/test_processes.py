@@ -16,7 +16,7 @@ import pytest
 from devtools import processes
 
 
-def test_free_port_is_bindable_and_skips_excluded_ports(monkeypatch):
+def test_free_port_is_bindable_and_skips_excluded_ports(monkeypatch: pytest.MonkeyPatch) -> None:
     port = processes.free_port()
     assert not processes.port_in_use(port)
     offered = iter([5000, 5000, 5001])
@@ -24,13 +24,13 @@ def test_free_port_is_bindable_and_skips_excluded_ports(monkeypatch):
     assert processes.free_port(exclude={5000}) == 5001
 
 
-def test_free_port_gives_up_when_every_offer_is_excluded(monkeypatch):
+def test_free_port_gives_up_when_every_offer_is_excluded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(processes, "_ephemeral_port", lambda: 5000)
     with pytest.raises(OSError, match="could not find a free TCP port"):
         processes.free_port(exclude={5000})
 
 
-def test_port_in_use_sees_listeners_and_sockets_that_only_bound():
+def test_port_in_use_sees_listeners_and_sockets_that_only_bound() -> None:
     with socket.socket() as listening:
         listening.bind(("127.0.0.1", 0))
         listening.listen(1)
@@ -46,7 +46,7 @@ def test_port_in_use_sees_listeners_and_sockets_that_only_bound():
         assert not processes.accepts_connections(port)
 
 
-def test_alive_for_running_exited_and_reaped_processes():
+def test_alive_for_running_exited_and_reaped_processes() -> None:
     assert processes.alive(os.getpid())
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
@@ -59,7 +59,7 @@ def test_alive_for_running_exited_and_reaped_processes():
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-def test_an_unreaped_child_is_gone_once_exited_even_with_a_space_in_its_name(tmp_path: Path):
+def test_an_unreaped_child_is_gone_once_exited_even_with_a_space_in_its_name(tmp_path: Path) -> None:
     # The state letter follows the command name in /proc/<pid>/stat; a name with ") R " in it must
     # not be read as a running process. Without the Popen, alive() reaps the zombie itself.
     exe = tmp_path / "x) R y"
@@ -76,7 +76,7 @@ def test_an_unreaped_child_is_gone_once_exited_even_with_a_space_in_its_name(tmp
     child.returncode = 0  # so Popen does not wait for it again
 
 
-def test_terminate_sigterms_then_sigkills_what_ignores_it():
+def test_terminate_sigterms_then_sigkills_what_ignores_it() -> None:
     polite = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     assert processes.terminate(polite.pid, timeout=10, popen=polite) == -15
     stubborn = subprocess.Popen(
@@ -102,20 +102,20 @@ def _group_with_a_grandchild(script: str) -> tuple[subprocess.Popen[bytes], int]
     return leader, grandchild
 
 
-def test_kill_group_ends_the_whole_group_and_reaps_the_leader():
+def test_kill_group_ends_the_whole_group_and_reaps_the_leader() -> None:
     leader, grandchild = _group_with_a_grandchild("sleep 60 & echo $!; wait")
     assert processes.alive(grandchild)
     assert processes.kill_group(leader) == -9
     assert processes.wait_gone(grandchild, None, 5), "the grandchild outlived SIGKILL of its group"
 
 
-def test_kill_group_with_grace_lets_the_group_end_on_sigterm():
+def test_kill_group_with_grace_lets_the_group_end_on_sigterm() -> None:
     leader, grandchild = _group_with_a_grandchild("sleep 60 & echo $!; wait")
     assert processes.kill_group(leader, grace=10) == -15
     assert processes.wait_gone(grandchild, None, 5), "the grandchild outlived SIGTERM of its group"
 
 
-def test_kill_until_gone_kills_again_until_none_is_listed():
+def test_kill_until_gone_kills_again_until_none_is_listed() -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     assert processes.kill_until_gone(lambda: [child.pid] if child.poll() is None else [], timeout=10) == []
     assert child.returncode == -9
@@ -123,7 +123,7 @@ def test_kill_until_gone_kills_again_until_none_is_listed():
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-def test_pids_with_env_finds_processes_by_an_environment_entry():
+def test_pids_with_env_finds_processes_by_an_environment_entry() -> None:
     mark = f"lakestream-test-{uuid.uuid4()}"
     child = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(30)"], env={**os.environ, "LAKESTREAM_MARK": mark}

@@ -46,12 +46,12 @@ def subcommands() -> dict[str, argparse.ArgumentParser]:
     return dict(action.choices)
 
 
-def test_every_subcommand_is_there():
+def test_every_subcommand_is_there() -> None:
     assert list(subcommands()) == list(REQUIRED)
 
 
 @pytest.mark.parametrize("command", list(REQUIRED))
-def test_shared_flags_exist_once_and_read_like_the_shared_declaration(command):
+def test_shared_flags_exist_once_and_read_like_the_shared_declaration(command: str) -> None:
     parser = subcommands()[command]
     for name, (option_strings, options) in SHARED_FLAGS.items():
         actions = [a for a in parser._actions if set(a.option_strings) & set(option_strings)]
@@ -63,7 +63,7 @@ def test_shared_flags_exist_once_and_read_like_the_shared_declaration(command):
 
 
 @pytest.mark.parametrize("command", list(REQUIRED))
-def test_shared_flags_parse_the_same_in_every_subcommand(command):
+def test_shared_flags_parse_the_same_in_every_subcommand(command: str) -> None:
     values = {
         "lakehouse": (["--lakehouse", "/lake"], "/lake"),
         "bootstrap_servers": (["--bootstrap-servers", "h:1"], "h:1"),
@@ -83,7 +83,7 @@ def test_shared_flags_parse_the_same_in_every_subcommand(command):
 
 
 @pytest.mark.parametrize("command", list(REQUIRED))
-def test_config_goes_before_or_after_the_subcommand(command):
+def test_config_goes_before_or_after_the_subcommand(command: str) -> None:
     parse = cli.build_parser().parse_args
     assert parse([command, *REQUIRED[command]]).config is None
     assert parse(["--config", "a.toml", command, *REQUIRED[command]]).config == Path("a.toml")
@@ -93,7 +93,7 @@ def test_config_goes_before_or_after_the_subcommand(command):
     )
 
 
-def test_shared_flags_are_declared_only_in_cli_common():
+def test_shared_flags_are_declared_only_in_cli_common() -> None:
     flags = [o for option_strings, _ in SHARED_FLAGS.values() for o in option_strings]
     pattern = re.compile(r"add_argument\(\s*\"(" + "|".join(map(re.escape, flags)) + r")\"")
     for path in sorted((ROOT / "flink_jobs").glob("*.py")):
@@ -101,7 +101,7 @@ def test_shared_flags_are_declared_only_in_cli_common():
             assert not pattern.search(path.read_text(encoding="utf-8")), f"{path.name} declares a shared flag"
 
 
-def test_load_applies_the_flag_overrides(tmp_path):
+def test_load_applies_the_flag_overrides(tmp_path: Path) -> None:
     args = argparse.Namespace(config=None, lakehouse=str(tmp_path / "lake"), bootstrap_servers="h:9092")
     cfg = cli_common.load(args)
     assert (cfg.lakehouse.root, cfg.kafka.bootstrap_servers) == (str(tmp_path / "lake"), "h:9092")
@@ -109,7 +109,7 @@ def test_load_applies_the_flag_overrides(tmp_path):
     assert plain.kafka.bootstrap_servers == "embedded"
 
 
-def test_broker_resolution(tmp_path, monkeypatch):
+def test_broker_resolution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = cli_common.load(argparse.Namespace(config=None))
     assert cli_common.broker(cfg.replace("kafka", bootstrap_servers="h:9092")) == "h:9092"
     monkeypatch.setattr(kafka_broker, "DEFAULT_STATE_FILE", tmp_path / "kafka.json")
@@ -122,7 +122,9 @@ def test_broker_resolution(tmp_path, monkeypatch):
     assert cli_common.broker(cfg) == "127.0.0.1:4242"
 
 
-def test_checkpoints_folder_per_job_and_resume_from_the_newest(tmp_path, capsys):
+def test_checkpoints_folder_per_job_and_resume_from_the_newest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     cfg = cli_common.load(argparse.Namespace(config=None))
     cfg = cfg.replace("flink", checkpoint_dir=str(tmp_path))
     assert cli_common.checkpoints(cfg, "land/raw/t", resume=True) == (str(tmp_path / "land-raw-t"), None)
@@ -144,7 +146,7 @@ class FakeEnv:
 
 
 @pytest.fixture
-def kafka_job(tmp_path, monkeypatch):
+def kafka_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """run_kafka_job with the Kafka client calls and the table listing recorded instead of made."""
     from flink_jobs import kafka_input, tables
 
@@ -179,7 +181,9 @@ def kafka_job(tmp_path, monkeypatch):
     return calls
 
 
-def test_a_bounded_run_stops_at_the_snapshot_then_commits_it_and_lists_the_tables(kafka_job):
+def test_a_bounded_run_stops_at_the_snapshot_then_commits_it_and_lists_the_tables(
+    kafka_job: dict[str, Any],
+) -> None:
     kafka_job["run"](bounded=True)
     [run] = kafka_job["runs"]
     assert (run.bootstrap_servers, run.bounded, run.end_offsets, run.resume_from) == (
@@ -192,7 +196,7 @@ def test_a_bounded_run_stops_at_the_snapshot_then_commits_it_and_lists_the_table
     assert kafka_job["printed"] == [kafka_job["root"]]
 
 
-def test_an_unbounded_run_resumes_unless_fresh_and_commits_nothing(kafka_job):
+def test_an_unbounded_run_resumes_unless_fresh_and_commits_nothing(kafka_job: dict[str, Any]) -> None:
     kafka_job["run"]()
     kafka_job["run"](fresh=True)
     resumed, fresh = kafka_job["runs"]
@@ -213,7 +217,13 @@ def test_an_unbounded_run_resumes_unless_fresh_and_commits_nothing(kafka_job):
         (JobFailedError("DataLossError: version 3"), 1, "lakestream ingest: job failed: DataLossError"),
     ],
 )
-def test_errors_end_a_subcommand_with_their_exit_code(monkeypatch, capsys, error, code, message):
+def test_errors_end_a_subcommand_with_their_exit_code(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    error: Exception,
+    code: int,
+    message: str,
+) -> None:
     def fail(args: argparse.Namespace) -> int:
         raise error
 
@@ -222,7 +232,7 @@ def test_errors_end_a_subcommand_with_their_exit_code(monkeypatch, capsys, error
     assert capsys.readouterr().err.startswith(message)
 
 
-def test_other_errors_are_not_turned_into_exit_codes(monkeypatch):
+def test_other_errors_are_not_turned_into_exit_codes(monkeypatch: pytest.MonkeyPatch) -> None:
     def fail(args: argparse.Namespace) -> int:
         raise KeyError("a bug")
 
@@ -231,14 +241,16 @@ def test_other_errors_are_not_turned_into_exit_codes(monkeypatch):
         cli.main(["ingest"])
 
 
-def test_a_config_typo_exits_2_before_anything_runs(monkeypatch, capsys):
+def test_a_config_typo_exits_2_before_anything_runs(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("LAKESTREAM__FLINK__PARALELISM", "2")
     assert cli.main(["tables"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("lakestream: configuration error:") and "paralelism" in err
 
 
-def test_kafka_status_exit_code(monkeypatch, capsys):
+def test_kafka_status_exit_code(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(kafka_broker, "status_detached", lambda: kafka_broker.BrokerStatus(running=False))
     assert cli.main(["kafka", "status"]) == 1
     assert capsys.readouterr().out.strip() == "kafka: not running"
