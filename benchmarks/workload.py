@@ -129,7 +129,7 @@ def distinct_count(root: Path, table: str, columns: list[str]) -> int:
     t = DeltaTable(str(root / table)).to_pyarrow_table(columns=columns)
     if len(columns) == 1:
         return len(pc.unique(t.column(columns[0])))
-    return t.group_by(columns).aggregate([]).num_rows
+    return int(t.group_by(columns).aggregate([]).num_rows)
 
 
 def last_commit_epoch_s(root: Path, tables: Sequence[str]) -> float | None:

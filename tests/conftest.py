@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,6 @@ def lakehouse(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def cli():
+def cli() -> Callable[..., subprocess.CompletedProcess[str]]:
     """``cli("land", "--topic", ...)`` runs the lakestream CLI in a fresh process and checks its exit code."""
     return run_cli

@@ -72,7 +72,7 @@ def output_changes(uri: Path) -> Counter[Change]:
 
 def output_rows(uri: Path) -> int:
     try:
-        return DeltaTable(str(uri)).to_pyarrow_dataset().count_rows()
+        return int(DeltaTable(str(uri)).to_pyarrow_dataset().count_rows())
     except TableNotFoundError:
         return 0
 
@@ -185,7 +185,7 @@ FAILING_JOB = textwrap.dedent(
 )
 
 
-def test_injected_failure_mid_stream_loses_and_duplicates_nothing(tmp_path):
+def test_injected_failure_mid_stream_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     src, out, marker = tmp_path / "src", tmp_path / "out", tmp_path / "failed.marker"
     build_source(src)
     want = expected_changes(src)
@@ -220,7 +220,7 @@ def latest_checkpoint(ckpt_root: Path) -> Path:
     return max(done, key=lambda p: int(p.name.split("-")[1]))
 
 
-def test_killed_changefeed_restarted_from_its_checkpoint_is_exact(tmp_path, lakehouse):
+def test_killed_changefeed_restarted_from_its_checkpoint_is_exact(tmp_path: Path, lakehouse: Path) -> None:
     src = lakehouse / "silver" / "orders"
     src.parent.mkdir(parents=True)
     build_source(src)
@@ -274,7 +274,7 @@ def test_killed_changefeed_restarted_from_its_checkpoint_is_exact(tmp_path, lake
     assert_exactly(output_changes(out), want)
 
 
-def test_changefeed_to_kafka_exactly_once(tmp_path, lakehouse, kafka):
+def test_changefeed_to_kafka_exactly_once(tmp_path: Path, lakehouse: Path, kafka: str) -> None:
     from kafka import KafkaConsumer
 
     from devtools.kafka_broker import create_topic
@@ -326,7 +326,9 @@ def test_changefeed_to_kafka_exactly_once(tmp_path, lakehouse, kafka):
     assert all(e["_commit_timestamp"].endswith("+00:00") for e in events)
 
 
-def test_vacuumed_gap_stops_the_job_with_a_clear_error_or_is_skipped_on_request(tmp_path, lakehouse):
+def test_vacuumed_gap_stops_the_job_with_a_clear_error_or_is_skipped_on_request(
+    tmp_path: Path, lakehouse: Path
+) -> None:
     src = lakehouse / "silver" / "orders"
     src.parent.mkdir(parents=True)
     build_source(src, appends=3, rows=10)  # v0-v2 appends, v3 merge, v4 delete, v5 optimize

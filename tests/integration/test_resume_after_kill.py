@@ -32,7 +32,7 @@ def produce(bootstrap: str, topic: str, start: int, n: int) -> dict[tuple[int, i
 
 def rows(uri: str) -> int:
     try:
-        return DeltaTable(uri).to_pyarrow_dataset().count_rows()
+        return int(DeltaTable(uri).to_pyarrow_dataset().count_rows())
     except TableNotFoundError:
         return 0
 
@@ -59,7 +59,7 @@ def wait_rows(uri: str, at_least: int, proc: subprocess.Popen[bytes], log: Path,
     raise AssertionError(f"table has {rows(uri)} rows, expected >= {at_least}\n{log.read_text()[-4000:]}")
 
 
-def test_kill_and_restart_resumes_exactly(kafka, lakehouse, tmp_path):
+def test_kill_and_restart_resumes_exactly(kafka: str, lakehouse: Path, tmp_path: Path) -> None:
     topic = "resume.events"
     create_topic(kafka, topic, partitions=2)
     sent = produce(kafka, topic, 0, 2000)
