@@ -21,7 +21,7 @@ lint: venv
 	$(VPY) -m ruff check .
 
 typecheck: venv
-	$(VPY) -m mypy --strict lakestream sinks
+	$(VPY) -m mypy --strict lakestream sinks sources udfs flink_jobs devtools benchmarks
 
 bootstrap: tools venv jvm
 

@@ -17,7 +17,6 @@ import json
 import os
 import platform
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -37,6 +36,7 @@ from benchmarks.workload import (
     prepare,
     table_rows,
 )
+from devtools.processes import kill_group
 from lakestream import paths
 
 ROOT = paths.PROJECT_ROOT
@@ -64,7 +64,7 @@ def _measured_run(
         try:
             rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            kill_group(proc)
             rc = -9
         mem = sampler.stop()
     out: dict[str, Any] = {"rc": rc, "wall_s": round(time.monotonic() - t0, 2), "memory": mem}
@@ -340,8 +340,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"benchmarks: {exc}", file=sys.stderr)
         return 2
 
+    from devtools.kafka_broker import LocalKafka
     from lakestream.config import load_config
-    from lakestream.kafka_broker import LocalKafka
 
     out_dir = Path(a.out)
     work = out_dir / "work"

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.latency import Message
-from lakestream.sample_events import SampleSettings, SourceEvent
+from devtools.sample_events import SampleSettings, SourceEvent
 
 MIB = 1024 * 1024
 #: ``sample_events.generate`` starts order ``i`` at ``start + i * 3 s`` and names it ``100000 + i``.
@@ -69,7 +69,7 @@ def shifted(ev: SourceEvent, offset: int) -> tuple[bytes | None, bytes, str | No
 
 def chunk_messages(k: int, chunk_orders: int, topics: dict[str, str]) -> list[tuple[Message, str | None]]:
     """Chunk ``k`` as ready-to-send messages (partitioned by key), each with its order id."""
-    from lakestream.sample_events import generate
+    from devtools.sample_events import generate
 
     out: list[tuple[Message, str | None]] = []
     for ev in generate(chunk_settings(k, chunk_orders)):

@@ -172,10 +172,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(paths.STATE_DIR / "bench" / "profile"))
     a = p.parse_args(argv)
 
-    from benchmarks.unbounded import child_env, ingest_run_cmd, stop_group
+    from benchmarks.unbounded import child_env, ingest_run_cmd
     from benchmarks.workload import prepare
+    from devtools.kafka_broker import LocalKafka
+    from devtools.processes import kill_group
     from lakestream.config import load_config
-    from lakestream.kafka_broker import LocalKafka
 
     py_spy = shutil.which("py-spy", path=str(Path(sys.executable).parent))
     if py_spy is None:
@@ -234,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
                 for s in spies:
                     s.wait(timeout=60)
             finally:
-                stop_group(proc)
+                kill_group(proc, grace=20)
     result = json.loads((run_dir / "result.json").read_text()) if (run_dir / "result.json").is_file() else {}
     profiles = []
     for pid in workers:

@@ -123,9 +123,10 @@ def measure_flink(
     from deltalake import write_deltalake
 
     from benchmarks.latency import percentiles, utc_now
-    from benchmarks.unbounded import child_env, stop_group
+    from benchmarks.unbounded import child_env
+    from devtools.kafka_broker import create_topic
+    from devtools.processes import kill_group
     from lakestream import paths
-    from lakestream.kafka_broker import create_topic
 
     run_dir = work / "source-lag-flink"
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -139,7 +140,7 @@ def measure_flink(
     topic = f"lag{suffix}.changes"
     create_topic(bootstrap, topic, partitions=1)
     cmd = [
-        sys.executable, "-m", "flink_jobs.changefeed", "--table", "lag/src", "--to", f"kafka:{topic}",
+        sys.executable, "-m", "flink_jobs", "changefeed", "--table", "lag/src", "--to", f"kafka:{topic}",
         "--at-least-once", "--poll-interval", poll_interval, "--fresh",
         "--lakehouse", str(lakehouse), "--bootstrap-servers", bootstrap,
     ]  # fmt: skip
@@ -190,7 +191,7 @@ def measure_flink(
             consume(time.monotonic() + 10)  # drain the last commits
         finally:
             consumer.close()
-            stop_group(proc)
+            kill_group(proc, grace=20)
     lags = [first_seen[b] - t for b, t in committed.items() if b in first_seen]
     out.update(
         commits=len(committed),

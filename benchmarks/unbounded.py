@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -19,12 +18,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from devtools.processes import kill_group
+
 SOURCES = ("orders_db", "payments", "logistics", "behaviour")
 
 
 def source_topics(bootstrap: str, prefix: str, *, partitions: int) -> tuple[dict[str, str], dict[str, str]]:
     """Create ``<prefix><source>`` for every source; return them and the overrides that point ingest there."""
-    from lakestream.kafka_broker import create_topic
+    from devtools.kafka_broker import create_topic
 
     topics = {s: f"{prefix}{s}" for s in SOURCES}
     for t in topics.values():
@@ -93,30 +94,6 @@ def ingest_run_cmd(
     return cmd
 
 
-def stop_group(proc: subprocess.Popen[bytes], grace: float = 20) -> None:
-    """SIGTERM the group, SIGKILL whatever is left after ``grace`` s (the JVM can outlive the client)."""
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace
-    try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        pass
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(proc.pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.2)
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        return
-    proc.wait(timeout=10)
-
-
 @contextmanager
 def unbounded_ingest(
     work: Path,
@@ -151,4 +128,4 @@ def unbounded_ingest(
         try:
             yield UnboundedIngest(proc=proc, run_dir=run_dir, topics=topics)
         finally:
-            stop_group(proc)
+            kill_group(proc, grace=20)

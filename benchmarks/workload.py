@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from devtools.sample_events import SampleSettings, SourceEvent, generate
 from lakestream.config import Config
-from lakestream.sample_events import SampleSettings, SourceEvent, generate
 
 PARTITIONS = 2
 
@@ -53,7 +53,7 @@ def make_events(n: int, *, seed: int = 7) -> list[SourceEvent]:
 
 def create_topics(bootstrap: str, cfg: Config) -> None:
     """The four source topics with ``PARTITIONS`` partitions each (as the demo does)."""
-    from lakestream.kafka_broker import create_topic
+    from devtools.kafka_broker import create_topic
 
     for topic in cfg.kafka.topics.values():
         create_topic(bootstrap, topic, partitions=PARTITIONS)

@@ -12,7 +12,7 @@ change feed. They are written without a key by a single sink writer, so a one-pa
 the table's commit order; with more partitions order by ``_commit_version``.
 
 Run: ``lakestream changefeed --table silver/orders --to delta:audit/orders`` (or
-``python -m flink_jobs.changefeed ...``, the same parser).
+``python -m flink_jobs changefeed ...``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import base64
 import json
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
@@ -28,7 +27,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
-from lakestream.config import Config, ConfigError, load_config, parse_duration
+from flink_jobs.cli_common import JobFailedError, SubParsers, add_command, broker, checkpoints, load
+from lakestream.config import Config, ConfigError, parse_duration
 
 
 @dataclass(frozen=True)
@@ -225,16 +225,17 @@ def _from_version(text: str) -> int | Literal["latest"]:
     return int(text)
 
 
-def add_changefeed_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Register ``changefeed`` on the ``lakestream`` CLI's sub-parsers."""
-    p: argparse.ArgumentParser = subparsers.add_parser(
+def register(subparsers: SubParsers) -> argparse.ArgumentParser:
+    """Register ``lakestream changefeed`` on the CLI's sub-command parsers."""
+    p = add_command(
+        subparsers,
         "changefeed",
+        func=cmd_changefeed,
+        flags=("lakehouse", "bootstrap_servers", "fresh", "job_name"),
         help="stream a Delta table's change data feed to an audit Delta table or a Kafka topic, exactly once",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--lakehouse", help="override lakehouse.root (where Delta tables live)")
-    p.add_argument("--bootstrap-servers", help="override kafka.bootstrap_servers")
     p.add_argument("--table", required=True, help="source table under the lakehouse root, e.g. silver/orders")
     p.add_argument("--to", required=True, type=ChangefeedTarget.parse, help="delta:PATH or kafka:TOPIC")
     p.add_argument(
@@ -267,66 +268,38 @@ def add_changefeed_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=None,
         help="resume from this retained checkpoint or savepoint (default: the newest retained one)",
     )
-    p.add_argument(
-        "--fresh", action="store_true", help="do not resume from the job's last retained checkpoint"
-    )
-    p.add_argument("--job-name", default=None)
-    p.set_defaults(func=cmd_changefeed)
     return p
-
-
-def _config(args: argparse.Namespace) -> Config:
-    cfg = load_config(getattr(args, "config", None))
-    if getattr(args, "lakehouse", None):
-        cfg = cfg.replace("lakehouse", root=args.lakehouse)
-    if getattr(args, "bootstrap_servers", None):
-        cfg = cfg.replace("kafka", bootstrap_servers=args.bootstrap_servers)
-    return cfg
 
 
 def cmd_changefeed(args: argparse.Namespace) -> int:
     """Run the change-feed job until it is cancelled (or for ``--polls`` polls)."""
-    from flink_jobs.cli import _checkpoints
-    from sources.errors import DeltaSourceError
-
-    cfg = _config(args)
-    checkpoint_dir, latest = _checkpoints(
+    cfg = load(args)
+    checkpoint_dir, latest = checkpoints(
         cfg, f"changefeed/{args.table}/{args.to.kind}/{args.to.value}", resume=not args.fresh
     )
-    restore_from = args.from_checkpoint or latest
-    bootstrap = None
-    if args.to.kind == "kafka":
-        from flink_jobs.cli import _bootstrap
-
-        bootstrap = _bootstrap(cfg)
-    try:
-        env = build_changefeed_job(
-            cfg,
-            table=args.table,
-            target=args.to,
-            from_version=args.from_version,
-            max_files_per_trigger=args.max_files_per_trigger,
-            max_bytes_per_trigger=args.max_bytes_per_trigger,
-            poll_interval=parse_duration(args.poll_interval, key="--poll-interval"),
-            polls=args.polls,
-            fail_on_data_loss=args.fail_on_data_loss,
-            schema_changes=args.schema_changes,
-            bootstrap_servers=bootstrap,
-            exactly_once=args.exactly_once,
-            restore_from=restore_from,
-            checkpoint_dir=checkpoint_dir,
-        )
-    except DeltaSourceError as exc:
-        print(f"lakestream changefeed: {exc}", file=sys.stderr)
-        return 2
+    env = build_changefeed_job(
+        cfg,
+        table=args.table,
+        target=args.to,
+        from_version=args.from_version,
+        max_files_per_trigger=args.max_files_per_trigger,
+        max_bytes_per_trigger=args.max_bytes_per_trigger,
+        poll_interval=parse_duration(args.poll_interval, key="--poll-interval"),
+        polls=args.polls,
+        fail_on_data_loss=args.fail_on_data_loss,
+        schema_changes=args.schema_changes,
+        bootstrap_servers=broker(cfg) if args.to.kind == "kafka" else None,
+        exactly_once=args.exactly_once,
+        restore_from=args.from_checkpoint or latest,
+        checkpoint_dir=checkpoint_dir,
+    )
     try:
         env.execute(args.job_name or f"lakestream-changefeed {args.table} -> {args.to.kind}:{args.to.value}")
     except Exception as exc:  # the job failed inside Flink: surface the source's own message
         reason = source_failure(str(exc))
         if reason is None:
             raise
-        print(f"lakestream changefeed: job failed: {reason}", file=sys.stderr)
-        return 1
+        raise JobFailedError(reason) from exc
     return 0
 
 
@@ -337,24 +310,3 @@ def source_failure(text: str) -> str | None:
         if stripped.startswith("sources.errors."):
             return stripped[len("sources.errors.") :]
     return None
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m flink_jobs.changefeed ...`` (same arguments as ``lakestream changefeed``)."""
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--config", type=Path, default=None)
-    known, rest = pre.parse_known_args(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="lakestream")
-    sub = parser.add_subparsers(dest="command", required=True)
-    add_changefeed_parser(sub)
-    args = parser.parse_args(["changefeed", *rest])
-    args.config = known.config
-    try:
-        return int(args.func(args))
-    except ConfigError as exc:
-        print(f"lakestream: configuration error: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -7,6 +7,7 @@ with ``flink run`` when ``flink.jobmanager`` is set), and prints where the table
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import shutil
@@ -16,9 +17,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from devtools.sample_events import SampleSettings, by_source, generate, produce
+from flink_jobs.cli_common import SubParsers, add_command, load
 from lakestream import paths
 from lakestream.config import Config
-from lakestream.sample_events import SampleSettings, by_source, generate, produce
 
 
 @contextlib.contextmanager
@@ -52,7 +54,7 @@ def _broker(cfg: Config) -> Iterator[str]:
     if not cfg.kafka.embedded:
         yield cfg.kafka.bootstrap_servers
         return
-    from lakestream.kafka_broker import LocalKafka
+    from devtools.kafka_broker import LocalKafka
 
     data_dir = paths.STATE_DIR / "demo-kafka"
     shutil.rmtree(data_dir, ignore_errors=True)
@@ -90,8 +92,8 @@ def _env(cfg: Config, bootstrap: str) -> dict[str, str]:
 
 def run_demo(cfg: Config, *, events: int) -> int:
     """Produce sample events, ingest them bounded, print the tables; returns the exit code."""
+    from devtools.kafka_broker import create_topic
     from flink_jobs.tables import print_tables
-    from lakestream.kafka_broker import create_topic
 
     # The demo owns <root>/demo and starts it empty, so running it twice gives the same tables.
     demo_root = Path(cfg.lakehouse.root) / "demo"
@@ -126,3 +128,21 @@ def run_demo(cfg: Config, *, events: int) -> int:
         f"{len(by['logistics'])} logistics pushes, {len(by['behaviour'])} behaviour logs)"
     )
     return 0
+
+
+def register(subparsers: SubParsers) -> argparse.ArgumentParser:
+    """Register ``lakestream demo`` on the CLI's sub-command parsers."""
+    p = add_command(
+        subparsers,
+        "demo",
+        func=cmd_demo,
+        flags=("lakehouse", "bootstrap_servers"),
+        help="embedded broker + sample events + the main job, bounded",
+    )
+    p.add_argument("--events", type=int, default=2000, help="sample events to produce")
+    return p
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Run the main job end to end on the embedded default and show the tables it wrote."""
+    return run_demo(load(args), events=args.events)

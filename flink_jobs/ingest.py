@@ -70,11 +70,11 @@ resume from the job's newest retained checkpoint (``--fresh`` to start from the 
 from __future__ import annotations
 
 import argparse
-import sys
-from collections.abc import Sequence
+import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from flink_jobs.cli_common import SubParsers, add_command, load, run_kafka_job
 from lakestream.config import Config, ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -223,77 +223,26 @@ def build_ingest_job(
     return env
 
 
-def _add_ingest_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--lakehouse", help="override lakehouse.root (where Delta tables live)")
-    p.add_argument("--bootstrap-servers", help="override kafka.bootstrap_servers")
-    p.add_argument(
-        "--bounded",
-        action="store_true",
-        help="read every topic up to the offsets present at start, commit everything, then stop",
+def register(subparsers: SubParsers) -> argparse.ArgumentParser:
+    """Register ``lakestream ingest`` on the CLI's sub-command parsers."""
+    return add_command(
+        subparsers,
+        "ingest",
+        func=cmd_ingest,
+        flags=("lakehouse", "bootstrap_servers", "bounded", "fresh"),
+        help="Kafka sources -> bronze, quarantine, review, late and silver Delta tables",
     )
-    p.add_argument(
-        "--fresh", action="store_true", help="do not resume from the job's last retained checkpoint"
-    )
-
-
-def add_ingest_parser(
-    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
-) -> argparse.ArgumentParser:
-    """Register ``lakestream ingest`` on the CLI's sub-command parsers (``parser.add_subparsers()``)."""
-    p = subparsers.add_parser(
-        "ingest", help="Kafka sources -> bronze, quarantine, review, late and silver Delta tables"
-    )
-    _add_ingest_arguments(p)
-    p.set_defaults(func=cmd_ingest)
-    return p
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    """Run the ingest job (MiniCluster, or the cluster under ``flink run``); bounded runs list the tables.
-
-    Unbounded runs resume from the job's newest retained checkpoint unless ``--fresh``; bounded runs
-    stop at the end offsets snapshotted here and commit them to the consumer group when done.
-    """
-    from flink_jobs.cli import _bootstrap, _checkpoints, _config
-    from flink_jobs.kafka_input import commit_group_offsets, snapshot_end_offsets
-
-    cfg = _config(args)
-    bootstrap = _bootstrap(cfg)
-    topics = sorted(set(cfg.kafka.topics.values()))
-    end_offsets = snapshot_end_offsets(bootstrap, topics) if args.bounded else None
-    checkpoint_dir, resume_from = _checkpoints(cfg, "ingest", resume=not (args.bounded or args.fresh))
-    env = build_ingest_job(
+    """Run the ingest job (MiniCluster, or the cluster under ``flink run``); bounded runs list the tables."""
+    cfg = load(args)
+    return run_kafka_job(
         cfg,
-        bootstrap_servers=bootstrap,
-        bounded=args.bounded,
-        end_offsets=end_offsets,
-        checkpoint_dir=checkpoint_dir,
-        resume_from=resume_from,
+        args,
+        job="ingest",
+        topics=sorted(set(cfg.kafka.topics.values())),
+        group_id=cfg.kafka.group_id,
+        build=functools.partial(build_ingest_job, cfg),
+        job_name=JOB_NAME + (" (bounded)" if args.bounded else ""),
     )
-    env.execute(JOB_NAME + (" (bounded)" if args.bounded else ""))
-    if end_offsets is not None:
-        commit_group_offsets(bootstrap, cfg.kafka.group_id, end_offsets)
-    if args.bounded:
-        from flink_jobs.tables import print_tables
-
-        print_tables(cfg.lakehouse.root)
-    return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m flink_jobs.ingest [--config FILE] [--bounded]``: the ingest command on its own."""
-    from lakestream.config import ConfigError
-
-    parser = argparse.ArgumentParser(prog="lakestream ingest", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", default=None, help="TOML config file (see config/)")
-    _add_ingest_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return cmd_ingest(args)
-    except ConfigError as exc:
-        print(f"lakestream: configuration error: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

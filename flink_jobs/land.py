@@ -7,12 +7,15 @@ record with its Kafka coordinates, so anything downstream can be recomputed from
 
 from __future__ import annotations
 
+import argparse
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
+from flink_jobs.cli_common import SubParsers, add_command, load, run_kafka_job
 from flink_jobs.kafka_input import EndOffsets, StartingOffsets, kafka_records
 from lakestream.config import Config
 from lakestream.flink_runtime import build_env
@@ -78,3 +81,35 @@ def build_landing_job(
     )
     sink_to_delta(rows, spec, name=f"delta {table}", uid=f"land-delta-{table.replace('/', '-')}")
     return env
+
+
+def register(subparsers: SubParsers) -> argparse.ArgumentParser:
+    """Register ``lakestream land`` on the CLI's sub-command parsers."""
+    p = add_command(
+        subparsers,
+        "land",
+        func=cmd_land,
+        flags=("lakehouse", "bootstrap_servers", "bounded", "fresh", "job_name"),
+        help="land raw Kafka records into a Delta table, exactly once",
+    )
+    p.add_argument("--topic", action="append", required=True, help="topic to read (repeatable)")
+    p.add_argument("--table", required=True, help="table name under the lakehouse root, e.g. raw/orders")
+    p.add_argument("--starting-offsets", choices=["committed", "earliest", "latest"], default="committed")
+    return p
+
+
+def cmd_land(args: argparse.Namespace) -> int:
+    """Land raw Kafka records into an append-only Delta table."""
+    cfg = load(args)
+    build = functools.partial(
+        build_landing_job, cfg, topics=args.topic, table=args.table, starting_offsets=args.starting_offsets
+    )
+    return run_kafka_job(
+        cfg,
+        args,
+        job=f"land/{args.table}",
+        topics=args.topic,
+        group_id=landing_group(cfg),
+        build=build,
+        job_name=args.job_name or f"lakestream-land {args.table}",
+    )

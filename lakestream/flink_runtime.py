@@ -1,28 +1,19 @@
-"""Build Flink environments for local MiniCluster runs, and run a real standalone Flink cluster.
+"""The Flink environment a lakestream job runs in: a local MiniCluster, or the cluster under ``flink run``.
 
 Two facts measured here shape this module: PyFlink's Python workers die with ``No module named
 'pyflink'`` unless the Python executable is set explicitly, and with checkpointing on Flink's default
 restart strategy retries forever, so a failing job looks hung. Every environment built here therefore
 sets the executable, a bounded restart strategy and retained checkpoints.
-
-The standalone cluster runs from the pyflink wheel itself (``FLINK_HOME`` = the installed ``pyflink``
-folder), with a configuration folder of our own under the state dir so the wheel is never modified.
 """
 
 from __future__ import annotations
 
-import json
 import os
+import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,11 +28,41 @@ class FlinkRuntimeError(RuntimeError):
     """The Flink runtime could not be set up; the message says what to do."""
 
 
+class JavaNotFoundError(FlinkRuntimeError):
+    """No usable ``java`` (17+): Flink 2 and the Kafka 4 broker need one."""
+
+
+MIN_JAVA = 17
+
+
 def require_java() -> str:
-    """Return the ``java`` executable or fail with the fix."""
-    java = shutil.which("java")
+    """The ``java`` to run, as PyFlink's launcher picks it ($JAVA_HOME/bin/java, else PATH), if 17+.
+
+    Fails with the fix when there is none or it is older than Java 17.
+    """
+    java_home = os.environ.get("JAVA_HOME")
+    candidate = Path(java_home) / "bin" / "java" if java_home else None
+    java = str(candidate) if candidate and candidate.is_file() else shutil.which("java")
     if java is None:
-        raise FlinkRuntimeError("no `java` on PATH: install a JDK 17 (e.g. `apt-get install openjdk-17-jdk`)")
+        raise JavaNotFoundError(
+            "`java` not found (neither $JAVA_HOME/bin/java nor on PATH): install a JDK 17+ "
+            "(e.g. `apt-get install openjdk-17-jdk-headless`)"
+        )
+    try:
+        result = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30, check=False)
+    except OSError as exc:
+        raise JavaNotFoundError(f"cannot run {java}: {exc}; install a JDK 17+") from exc
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', result.stderr + result.stdout)
+    if match is None:
+        raise JavaNotFoundError(f"cannot tell the version of {java}: {result.stderr.strip()!r}")
+    major = int(match.group(1))
+    if major == 1 and match.group(2):  # "1.8.0_x" style: Java 8
+        major = int(match.group(2))
+    if major < MIN_JAVA:
+        raise JavaNotFoundError(
+            f"{java} is Java {major}, Flink 2 and Kafka 4 need Java {MIN_JAVA}+: install a JDK 17+ "
+            "and put it first on PATH or set JAVA_HOME"
+        )
     return java
 
 
@@ -173,303 +194,3 @@ def launch_gateway(jvm_options: Sequence[str]) -> None:
             del os.environ["JVM_ARGS"]
         else:
             os.environ["JVM_ARGS"] = before
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def port_in_use(port: int) -> bool:
-    """True when something listens on 127.0.0.1:port."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-@dataclass
-class StandaloneCluster:
-    """A real Flink standalone cluster (one JobManager, N TaskManagers) from the wheel's ``bin/`` scripts.
-
-    Everything binds to loopback; configuration, logs and pid files live under ``work_dir`` so the
-    installed wheel stays untouched and several clusters can coexist.
-    """
-
-    work_dir: Path
-    rest_port: int = 0
-    taskmanagers: int = 1
-    slots_per_taskmanager: int = 2
-    extra_conf: dict[str, str] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.work_dir = Path(self.work_dir).resolve()
-        self.conf_dir = self.work_dir / "conf"
-        self.log_dir = self.work_dir / "log"
-        self.pid_dir = self.work_dir / "pid"
-        self.home = flink_home()
-
-    # -- configuration -------------------------------------------------------------------------------
-    def _write_conf(self) -> None:
-        self.conf_dir.mkdir(parents=True, exist_ok=True)
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.pid_dir.mkdir(parents=True, exist_ok=True)
-        for name in ("log4j.properties", "log4j-cli.properties", "log4j-console.properties"):
-            shutil.copy(self.home / "conf" / name, self.conf_dir / name)
-        settings = {
-            "jobmanager.rpc.address": "localhost",
-            "jobmanager.rpc.port": str(free_port()),
-            "jobmanager.bind-host": "localhost",
-            "jobmanager.memory.process.size": "1024m",
-            "taskmanager.bind-host": "localhost",
-            "taskmanager.host": "localhost",
-            "taskmanager.rpc.port": "0",
-            "taskmanager.memory.process.size": "1536m",
-            "taskmanager.memory.managed.fraction": "0.1",
-            "taskmanager.numberOfTaskSlots": str(self.slots_per_taskmanager),
-            "rest.address": "localhost",
-            "rest.bind-address": "localhost",
-            "rest.port": str(self.rest_port),
-            "blob.server.port": "0",
-            "env.pid.dir": str(self.pid_dir),
-            "env.log.dir": str(self.log_dir),
-            "env.java.opts.all": _wheel_java_opts(self.home),
-            "python.executable": sys.executable,
-            "python.client.executable": sys.executable,
-            **self.extra_conf,
-        }
-        # Flink 2 reads config.yaml; flat dotted keys are valid YAML and need no nesting.
-        lines = [f"{k}: {json.dumps(v)}" for k, v in settings.items()]
-        (self.conf_dir / "config.yaml").write_text("\n".join(lines) + "\n", encoding="utf-8")
-        (self.conf_dir / "masters").write_text(f"localhost:{self.rest_port}\n", encoding="utf-8")
-        (self.conf_dir / "workers").write_text("localhost\n" * self.taskmanagers, encoding="utf-8")
-
-    def _env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(
-            FLINK_HOME=str(self.home),
-            FLINK_CONF_DIR=str(self.conf_dir),
-            FLINK_LOG_DIR=str(self.log_dir),
-            FLINK_PID_DIR=str(self.pid_dir),
-            PYFLINK_CLIENT_EXECUTABLE=sys.executable,
-        )
-        return env
-
-    def _bin(self, script: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            ["bash", str(self.home / "bin" / script), *args],
-            env=self._env(),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-
-    # -- lifecycle -----------------------------------------------------------------------------------
-    @property
-    def rest_url(self) -> str:
-        """Base URL of the JobManager's REST API."""
-        return f"http://127.0.0.1:{self.rest_port}"
-
-    @property
-    def address(self) -> str:
-        """The ``-m`` argument for ``flink run``."""
-        return f"localhost:{self.rest_port}"
-
-    def start(self, *, timeout: float = 120) -> StandaloneCluster:
-        """Start the JobManager and TaskManagers and wait until all slots are registered."""
-        require_java()
-        if self.rest_port == 0:
-            self.rest_port = free_port()
-        elif port_in_use(self.rest_port):
-            raise FlinkRuntimeError(
-                f"port {self.rest_port} is in use; stop what listens there or choose another rest port"
-            )
-        self._write_conf()
-        for script in ["jobmanager.sh"] + ["taskmanager.sh"] * self.taskmanagers:
-            result = self._bin(script, "start")
-            if result.returncode != 0:
-                raise FlinkRuntimeError(f"{script} start failed: {result.stderr or result.stdout}")
-        deadline = time.monotonic() + timeout
-        want = self.taskmanagers
-        # A TaskManager is counted on registration, its slots only once it has sent its first slot
-        # report: a job submitted in between waits for slots, so "up" means both.
-        want_slots = self.taskmanagers * self.slots_per_taskmanager
-        while time.monotonic() < deadline:
-            try:
-                overview = self.rest("/overview")
-                if overview.get("taskmanagers", 0) >= want and overview.get("slots-total", 0) >= want_slots:
-                    return self
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            time.sleep(0.5)
-        self.stop()
-        raise FlinkRuntimeError(f"Flink cluster did not come up in {timeout:.0f}s; logs: {self.log_dir}")
-
-    def rest(self, path: str, *, method: str = "GET", timeout: float = 5) -> Any:
-        """Call the REST API and decode its JSON answer."""
-        req = urllib.request.Request(self.rest_url + path, method=method)
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            body = resp.read()
-        return json.loads(body) if body else {}
-
-    def taskmanager_pids(self) -> list[int]:
-        """Pids of the running TaskManager JVMs (from the pid file the scripts keep)."""
-        return _read_pids(self.pid_dir, "taskexecutor")
-
-    def kill_taskmanager(self) -> int:
-        """SIGKILL one TaskManager, as a machine failure would, and return its pid."""
-        pids = self.taskmanager_pids()
-        alive = [p for p in pids if _alive(p)]
-        if not alive:
-            raise FlinkRuntimeError("no running TaskManager to kill")
-        os.kill(alive[0], signal.SIGKILL)
-        return alive[0]
-
-    def add_taskmanager(self) -> None:
-        """Start one more TaskManager (e.g. to replace a killed one)."""
-        result = self._bin("taskmanager.sh", "start")
-        if result.returncode != 0:
-            raise FlinkRuntimeError(f"taskmanager.sh start failed: {result.stderr or result.stdout}")
-
-    def stop(self) -> None:
-        """Stop every process of this cluster; SIGKILL whatever the scripts leave behind."""
-        if not self.conf_dir.exists():
-            return
-        self._bin("taskmanager.sh", "stop-all", timeout=60)
-        self._bin("jobmanager.sh", "stop-all", timeout=60)
-        pids = _read_pids(self.pid_dir, "taskexecutor") + _read_pids(self.pid_dir, "standalonesession")
-        deadline = time.monotonic() + 20
-        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-            time.sleep(0.3)
-        for p in pids:
-            if _alive(p):
-                os.kill(p, signal.SIGKILL)
-        # A TaskManager killed with SIGKILL leaves its PyFlink Python workers running (they keep waiting
-        # on the dead JVM's gRPC channel, re-parented to init); they carry this cluster's configuration
-        # folder in their environment, which is how they are found. A SIGKILLed process is still listed
-        # until the kernel has torn it down, so wait (and kill again) until none is left.
-        deadline = time.monotonic() + 15
-        while (leftovers := self.leftover_processes()) and time.monotonic() < deadline:
-            for p in leftovers:
-                try:
-                    os.kill(p, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.1)
-
-    def leftover_processes(self) -> list[int]:
-        """Pids of processes started for this cluster (``FLINK_CONF_DIR`` = its conf folder), Linux only."""
-        return _pids_with_env("FLINK_CONF_DIR", str(self.conf_dir))
-
-    def __enter__(self) -> StandaloneCluster:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    # -- jobs ----------------------------------------------------------------------------------------
-    def run_python(
-        self,
-        script: str | Path,
-        args: Sequence[str] = (),
-        *,
-        detached: bool = False,
-        timeout: float = 600,
-        env: dict[str, str] | None = None,
-    ) -> subprocess.CompletedProcess[str]:
-        """``flink run -m <this cluster> -pyexec <this python> -py script args...``."""
-        cmd = [
-            "bash",
-            str(self.home / "bin" / "flink"),
-            "run",
-            "-m",
-            self.address,
-            "-pyexec",
-            sys.executable,
-            "-pyclientexec",
-            sys.executable,
-        ]
-        if detached:
-            cmd.append("-d")
-        cmd += ["-py", str(script), *args]
-        return subprocess.run(
-            cmd,
-            env={**self._env(), **(env or {})},
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-
-    def jobs(self) -> list[dict[str, Any]]:
-        """Jobs known to the cluster with their state."""
-        return list(self.rest("/jobs/overview").get("jobs", []))
-
-    def wait_for_job(
-        self, job_id: str, *, states: Sequence[str] = ("FINISHED",), timeout: float = 300
-    ) -> str:
-        """Wait until job ``job_id`` reaches one of ``states`` (or a terminal state) and return it."""
-        terminal = {"FINISHED", "FAILED", "CANCELED"}
-        deadline = time.monotonic() + timeout
-        state = "UNKNOWN"
-        while time.monotonic() < deadline:
-            state = str(self.rest(f"/jobs/{job_id}").get("state", "UNKNOWN"))
-            if state in states or state in terminal:
-                return state
-            time.sleep(0.5)
-        raise FlinkRuntimeError(f"job {job_id} still {state} after {timeout:.0f}s; logs: {self.log_dir}")
-
-
-def _wheel_java_opts(home: Path) -> str:
-    """The --add-opens flags the wheel's own config.yaml carries (Flink needs them on Java 17)."""
-    text = (home / "conf" / "config.yaml").read_text(encoding="utf-8")
-    for line in text.splitlines():
-        stripped = line.strip()
-        if stripped.startswith("all: --add-exports"):
-            return stripped[len("all: ") :]
-    return ""
-
-
-def _pids_with_env(key: str, value: str) -> list[int]:
-    """Pids of other processes whose environment holds ``key=value`` ([] where /proc is missing)."""
-    needle = f"{key}={value}".encode()
-    found: list[int] = []
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return found
-    for entry in proc.iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:  # gone meanwhile, or not ours to read
-            continue
-        if needle in environ.split(b"\0"):
-            found.append(int(entry.name))
-    return found
-
-
-def _read_pids(pid_dir: Path, kind: str) -> list[int]:
-    pids: list[int] = []
-    for f in pid_dir.glob(f"*{kind}*.pid"):
-        for line in f.read_text(encoding="utf-8").split():
-            if line.strip().isdigit():
-                pids.append(int(line))
-    return pids
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # pragma: no cover - not ours
-        return True
-    # A zombie child still answers kill(0); treat it as gone.
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
-            return fh.read().split()[2] != "Z"
-    except OSError:
-        return False

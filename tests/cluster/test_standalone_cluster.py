@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
 from kafka import KafkaProducer
 
-from lakestream.flink_runtime import StandaloneCluster
-from lakestream.kafka_broker import create_topic
+from devtools.flink_cluster import StandaloneCluster
+from devtools.kafka_broker import create_topic
 
 pytestmark = pytest.mark.cluster
 
@@ -18,18 +19,20 @@ ENTRY = str(Path(__file__).resolve().parents[2] / "flink_jobs" / "__main__.py")
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
     with StandaloneCluster(tmp_path_factory.mktemp("flink"), taskmanagers=1, slots_per_taskmanager=2) as c:
         yield c
 
 
-def test_rest_api_answers(cluster):
+def test_rest_api_answers(cluster: StandaloneCluster) -> None:
     overview = cluster.rest("/overview")
     assert overview["taskmanagers"] == 1
     assert overview["slots-total"] == 2
 
 
-def test_flink_run_py_lands_exactly_once(cluster, kafka, lakehouse, tmp_path):
+def test_flink_run_py_lands_exactly_once(
+    cluster: StandaloneCluster, kafka: str, lakehouse: Path, tmp_path: Path
+) -> None:
     topic = "cluster.events"
     create_topic(kafka, topic, partitions=2)
     producer = KafkaProducer(bootstrap_servers=kafka, acks="all")

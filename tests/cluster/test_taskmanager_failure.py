@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,8 +12,8 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 from kafka import KafkaProducer
 
-from lakestream.flink_runtime import StandaloneCluster
-from lakestream.kafka_broker import create_topic
+from devtools.flink_cluster import StandaloneCluster
+from devtools.kafka_broker import create_topic
 
 pytestmark = pytest.mark.cluster
 
@@ -20,7 +21,7 @@ JOB = Path(__file__).resolve().parents[1] / "integration" / "jobs" / "failing_la
 
 
 @pytest.fixture
-def cluster(tmp_path):
+def cluster(tmp_path: Path) -> Iterator[StandaloneCluster]:
     conf = {"heartbeat.interval": "1000", "heartbeat.timeout": "8000"}
     with StandaloneCluster(tmp_path / "flink", taskmanagers=2, slots_per_taskmanager=1, extra_conf=conf) as c:
         yield c
@@ -30,12 +31,14 @@ def cluster(tmp_path):
 
 def committed_rows(uri: str) -> int:
     try:
-        return DeltaTable(uri).to_pyarrow_dataset().count_rows()
+        return int(DeltaTable(uri).to_pyarrow_dataset().count_rows())
     except TableNotFoundError:
         return 0
 
 
-def test_killed_taskmanager_is_replaced_and_nothing_is_lost_or_repeated(cluster, kafka, tmp_path):
+def test_killed_taskmanager_is_replaced_and_nothing_is_lost_or_repeated(
+    cluster: StandaloneCluster, kafka: str, tmp_path: Path
+) -> None:
     topic = "cluster.tmkill"
     create_topic(kafka, topic, partitions=2)
     producer = KafkaProducer(bootstrap_servers=kafka, acks="all")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -22,6 +21,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import TableNotFoundError
+
+from devtools.processes import kill_group
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,7 +72,7 @@ def output_changes(uri: Path) -> Counter[Change]:
 
 def output_rows(uri: Path) -> int:
     try:
-        return DeltaTable(str(uri)).to_pyarrow_dataset().count_rows()
+        return int(DeltaTable(str(uri)).to_pyarrow_dataset().count_rows())
     except TableNotFoundError:
         return 0
 
@@ -105,8 +106,7 @@ def run(cmd: list[str], env: dict[str, str], log: Path, timeout: float = 150) ->
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+            kill_group(proc)
             raise AssertionError(f"job timed out after {timeout:.0f} s:\n{tail(log)}") from None
     return Finished(proc.returncode, log.read_text(errors="replace"))
 
@@ -185,7 +185,7 @@ FAILING_JOB = textwrap.dedent(
 )
 
 
-def test_injected_failure_mid_stream_loses_and_duplicates_nothing(tmp_path):
+def test_injected_failure_mid_stream_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     src, out, marker = tmp_path / "src", tmp_path / "out", tmp_path / "failed.marker"
     build_source(src)
     want = expected_changes(src)
@@ -220,7 +220,7 @@ def latest_checkpoint(ckpt_root: Path) -> Path:
     return max(done, key=lambda p: int(p.name.split("-")[1]))
 
 
-def test_killed_changefeed_restarted_from_its_checkpoint_is_exact(tmp_path, lakehouse):
+def test_killed_changefeed_restarted_from_its_checkpoint_is_exact(tmp_path: Path, lakehouse: Path) -> None:
     src = lakehouse / "silver" / "orders"
     src.parent.mkdir(parents=True)
     build_source(src)
@@ -230,7 +230,7 @@ def test_killed_changefeed_restarted_from_its_checkpoint_is_exact(tmp_path, lake
     base += ["--max-files-per-trigger", "1", "--poll-interval", "300ms"]
     log = tmp_path / "run1.log"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "flink_jobs.changefeed", *base],
+        [sys.executable, "-m", "flink_jobs", "changefeed", *base],
         cwd=ROOT,
         env={**os.environ, **env},
         stdout=log.open("wb"),
@@ -244,8 +244,7 @@ def test_killed_changefeed_restarted_from_its_checkpoint_is_exact(tmp_path, lake
             assert time.monotonic() < deadline, f"no output after 120 s:\n{log.read_text()[-4000:]}"
             time.sleep(0.2)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
+        kill_group(proc)
     partial = output_rows(out)
     assert 0 < partial < sum(expected_changes(src).values()), "the job was not killed mid-stream"
     # New versions arrive while the job is down.
@@ -257,7 +256,8 @@ def test_killed_changefeed_restarted_from_its_checkpoint_is_exact(tmp_path, lake
         [
             sys.executable,
             "-m",
-            "flink_jobs.changefeed",
+            "flink_jobs",
+            "changefeed",
             *base,
             "--polls",
             "60",
@@ -274,10 +274,10 @@ def test_killed_changefeed_restarted_from_its_checkpoint_is_exact(tmp_path, lake
     assert_exactly(output_changes(out), want)
 
 
-def test_changefeed_to_kafka_exactly_once(tmp_path, lakehouse, kafka):
+def test_changefeed_to_kafka_exactly_once(tmp_path: Path, lakehouse: Path, kafka: str) -> None:
     from kafka import KafkaConsumer
 
-    from lakestream.kafka_broker import create_topic
+    from devtools.kafka_broker import create_topic
 
     src = lakehouse / "silver" / "orders"
     src.parent.mkdir(parents=True)
@@ -290,7 +290,8 @@ def test_changefeed_to_kafka_exactly_once(tmp_path, lakehouse, kafka):
         [
             sys.executable,
             "-m",
-            "flink_jobs.changefeed",
+            "flink_jobs",
+            "changefeed",
             "--table",
             "silver/orders",
             "--to",
@@ -325,7 +326,9 @@ def test_changefeed_to_kafka_exactly_once(tmp_path, lakehouse, kafka):
     assert all(e["_commit_timestamp"].endswith("+00:00") for e in events)
 
 
-def test_vacuumed_gap_stops_the_job_with_a_clear_error_or_is_skipped_on_request(tmp_path, lakehouse):
+def test_vacuumed_gap_stops_the_job_with_a_clear_error_or_is_skipped_on_request(
+    tmp_path: Path, lakehouse: Path
+) -> None:
     src = lakehouse / "silver" / "orders"
     src.parent.mkdir(parents=True)
     build_source(src, appends=3, rows=10)  # v0-v2 appends, v3 merge, v4 delete, v5 optimize
@@ -337,7 +340,8 @@ def test_vacuumed_gap_stops_the_job_with_a_clear_error_or_is_skipped_on_request(
     base = [
         sys.executable,
         "-m",
-        "flink_jobs.changefeed",
+        "flink_jobs",
+        "changefeed",
         "--table",
         "silver/orders",
         "--from-version",

@@ -18,7 +18,6 @@ import json
 import os
 import random
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -34,8 +33,10 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from lakestream.kafka_broker import create_topic
-from lakestream.sample_events import SampleSettings, SourceEvent, generate
+from devtools.kafka_broker import create_topic
+from devtools.processes import kill_group
+from devtools.sample_events import SampleSettings, SourceEvent, generate
+from tests.support.cli import run_cli
 from tests.support.silver_oracle import expected_silver
 
 pytestmark = pytest.mark.integration
@@ -332,22 +333,8 @@ def late_expectation(records: list[Record]) -> dict[tuple[str, int, int], int]:
 
 
 def run_ingest(env: dict[str, str], timeout: float = 200) -> subprocess.CompletedProcess[str]:
-    """``python -m flink_jobs.ingest --bounded`` in its own process (own JVM), failing with its output."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "flink_jobs.ingest", "--bounded"],
-        cwd=ROOT,
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise AssertionError(
-            f"ingest exited {proc.returncode}\n--- stdout\n{proc.stdout[-5000:]}"
-            f"\n--- stderr\n{proc.stderr[-8000:]}"
-        )
-    return proc
+    """``python -m flink_jobs ingest --bounded`` in its own process (own JVM), failing with its output."""
+    return run_cli("ingest", "--bounded", env=env, timeout=timeout)
 
 
 def read(lakehouse: Path, table: str) -> list[dict[str, Any]]:
@@ -483,18 +470,13 @@ def test_ingest_bounded_tables_equal_expectations(kafka: str, lakehouse: Path, t
 
 def start_unbounded(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "flink_jobs.ingest"],
+        [sys.executable, "-m", "flink_jobs", "ingest"],
         cwd=ROOT,
         env={**os.environ, **env},
         stdout=log.open("ab"),
         stderr=subprocess.STDOUT,
         start_new_session=True,  # its own process group: the MiniCluster JVM and Python workers die with it
     )
-
-
-def kill(proc: subprocess.Popen[bytes]) -> None:
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
 
 
 def wait_for(
@@ -531,7 +513,7 @@ def test_ingest_killed_and_resumed_gives_the_same_tables(kafka: str, lakehouse: 
         wait_for(lakehouse, counts, first, log)
         time.sleep(1.5)  # a few more (empty) checkpoints; the kill lands anywhere between them
     finally:
-        kill(first)  # no clean shutdown: staged files and uncommitted checkpoints stay behind
+        kill_group(first)  # no clean shutdown: staged files and uncommitted checkpoints stay behind
     produce(kafka, topics, records[half:])
 
     second = start_unbounded(env, log)
@@ -539,7 +521,7 @@ def test_ingest_killed_and_resumed_gives_the_same_tables(kafka: str, lakehouse: 
         wait_for(lakehouse, expected_counts(records), second, log)
         time.sleep(3)  # a few more checkpoints: nothing may be added twice
     finally:
-        kill(second)
+        kill_group(second)
     print(f"kill-and-resume ingest of {len(records)} records took {time.monotonic() - started:.1f}s")
     assert "resuming from checkpoint" in log.read_text()
     assert_tables(lakehouse, records)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow.compute as pc
@@ -10,7 +12,7 @@ import pytest
 from deltalake import DeltaTable
 from kafka import KafkaProducer
 
-from lakestream.kafka_broker import create_topic
+from devtools.kafka_broker import create_topic
 
 pytestmark = pytest.mark.integration
 
@@ -50,7 +52,9 @@ def assert_no_orphans(table: Path) -> None:
     assert on_disk <= referenced, f"orphaned files: {sorted(on_disk - referenced)[:5]}"
 
 
-def test_thousand_events_land_exactly_once(kafka, lakehouse, tmp_path, cli):
+def test_thousand_events_land_exactly_once(
+    kafka: str, lakehouse: Path, tmp_path: Path, cli: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
     topic = "foundation.events"
     create_topic(kafka, topic, partitions=3)
     sent = produce_json(kafka, topic, 1000)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -14,7 +13,8 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 from kafka import KafkaProducer
 
-from lakestream.kafka_broker import create_topic
+from devtools.kafka_broker import create_topic
+from devtools.processes import kill_group
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +32,7 @@ def produce(bootstrap: str, topic: str, start: int, n: int) -> dict[tuple[int, i
 
 def rows(uri: str) -> int:
     try:
-        return DeltaTable(uri).to_pyarrow_dataset().count_rows()
+        return int(DeltaTable(uri).to_pyarrow_dataset().count_rows())
     except TableNotFoundError:
         return 0
 
@@ -48,11 +48,6 @@ def start_job(args: list[str], env: dict[str, str], log: Path) -> subprocess.Pop
     )
 
 
-def kill(proc: subprocess.Popen[bytes]) -> None:
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
-
-
 def wait_rows(uri: str, at_least: int, proc: subprocess.Popen[bytes], log: Path, timeout: float = 180) -> int:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -64,7 +59,7 @@ def wait_rows(uri: str, at_least: int, proc: subprocess.Popen[bytes], log: Path,
     raise AssertionError(f"table has {rows(uri)} rows, expected >= {at_least}\n{log.read_text()[-4000:]}")
 
 
-def test_kill_and_restart_resumes_exactly(kafka, lakehouse, tmp_path):
+def test_kill_and_restart_resumes_exactly(kafka: str, lakehouse: Path, tmp_path: Path) -> None:
     topic = "resume.events"
     create_topic(kafka, topic, partitions=2)
     sent = produce(kafka, topic, 0, 2000)
@@ -84,7 +79,7 @@ def test_kill_and_restart_resumes_exactly(kafka, lakehouse, tmp_path):
         sent |= produce(kafka, topic, 2000, 500)  # more input while it runs
         time.sleep(1.5)
     finally:
-        kill(first)  # no clean shutdown: staged files and uncommitted checkpoints are left behind
+        kill_group(first)  # no clean shutdown: staged files and uncommitted checkpoints are left behind
 
     sent |= produce(kafka, topic, 2500, 500)
     second = start_job(args, env, log)
@@ -92,7 +87,7 @@ def test_kill_and_restart_resumes_exactly(kafka, lakehouse, tmp_path):
         wait_rows(uri, len(sent), second, log)
         time.sleep(3)  # a few more checkpoints: nothing must be added twice
     finally:
-        kill(second)
+        kill_group(second)
     assert "resuming from checkpoint" in log.read_text()
 
     got = DeltaTable(uri).to_pyarrow_table()

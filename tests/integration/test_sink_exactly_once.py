@@ -13,7 +13,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 from kafka import KafkaProducer
 
-from lakestream.kafka_broker import create_topic
+from devtools.kafka_broker import create_topic
 
 pytestmark = pytest.mark.integration
 

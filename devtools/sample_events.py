@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
@@ -191,10 +190,3 @@ def produce(bootstrap_servers: str, topics: dict[str, str], events: list[SourceE
     finally:
         producer.close()
     return counts
-
-
-def iter_json(events: list[SourceEvent]) -> Iterator[dict[str, Any]]:
-    """Decoded payloads of the well-formed events (handy in tests)."""
-    for ev in events:
-        if not ev.malformed:
-            yield json.loads(ev.value)

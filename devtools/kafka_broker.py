@@ -1,43 +1,29 @@
-"""A local single-node Kafka broker (KRaft, combined broker + controller) for the demo and the tests.
+"""A local single-node Kafka broker (KRaft, broker + controller in one JVM) for the demo and the tests.
 
-Why a child JVM and not a container: the machine has Java but no Docker engine, and the Maven build
-already puts a Kafka 4 broker with its dependencies in ``jvm/target/lib/kafka``. Everything is bound to
-127.0.0.1, ports are chosen free at start, and internal topics use replication factor 1 so one node is
-a complete cluster.
-
-Two ways to run it:
-
-* in-process: ``with LocalKafka.start(data_dir=tmp) as kafka: ...`` -- the broker dies with the
-  Python process that started it (Linux parent-death signal), so a crashed test leaves no stray JVM;
-* detached: :func:`start_detached` / :func:`status_detached` / :func:`stop_detached` keep the broker
-  running in the background and remember its pid and address in a small JSON file under ``STATE_DIR``,
-  so ``lakestream kafka start|status|stop`` can manage it from separate processes.
+A child JVM rather than a container: the machines have Java but no Docker engine, and the Maven build
+already puts a Kafka 4 broker in ``jvm/target/lib/kafka``. :class:`LocalKafka` lives as long as the
+thread that started it; :func:`start_detached` keeps one in the background for ``lakestream kafka``.
+How both behave is written down in DESIGN.md (Local services).
 """
 
 from __future__ import annotations
 
 import base64
-import contextlib
-import ctypes
 import errno
 import fcntl
 import json
 import logging
-import os
-import re
-import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from devtools import processes
+from lakestream.flink_runtime import JavaNotFoundError, require_java
 from lakestream.paths import KAFKA_LIB_DIR, STATE_DIR, MissingBuildError
 
 __all__ = [
@@ -65,13 +51,11 @@ DEFAULT_DATA_DIR: Path = STATE_DIR / "kafka"
 #: Pid, address and data folder of the detached broker, shared by the CLI processes.
 DEFAULT_STATE_FILE: Path = STATE_DIR / "kafka.json"
 
-HOST = "127.0.0.1"
-_MIN_JAVA = 17
+HOST = processes.HOST
 _MAIN_CLASS = "kafka.Kafka"
 _STORAGE_TOOL = "kafka.tools.StorageTool"
 _NODE_ID = 1
 _LOG_TAIL_LINES = 40
-_PR_SET_PDEATHSIG = 1
 
 
 # --------------------------------------------------------------------------------------------- errors
@@ -79,10 +63,6 @@ _PR_SET_PDEATHSIG = 1
 
 class KafkaBrokerError(RuntimeError):
     """Base class: anything that stops the local broker from starting, answering or stopping."""
-
-
-class JavaNotFoundError(KafkaBrokerError):
-    """No usable ``java`` (17+) to run the broker with."""
 
 
 class KafkaJarsMissingError(KafkaBrokerError, MissingBuildError):
@@ -204,8 +184,8 @@ class LocalKafka:
         client port (default: a free one). On Linux the broker gets SIGTERM when the *thread* that
         started it exits (so a killed test run leaves no JVM behind): start it from a thread that
         outlives it, or use :func:`start_detached` for a broker that should outlive this process.
-        Raises :class:`JavaNotFoundError`, :class:`KafkaJarsMissingError`, :class:`PortInUseError`,
-        :class:`DataDirInUseError` or :class:`BrokerStartError`.
+        Raises :class:`JavaNotFoundError` (a ``FlinkRuntimeError``), :class:`KafkaJarsMissingError`,
+        :class:`PortInUseError`, :class:`DataDirInUseError` or :class:`BrokerStartError`.
         """
         return _launch(data_dir=data_dir, port=port, timeout=timeout, heap=heap, detached=False)
 
@@ -258,7 +238,7 @@ class LocalKafka:
 
     def stop(self, timeout: float = 30) -> int | None:
         """Shut down cleanly (SIGTERM), SIGKILL after ``timeout`` seconds; returns the exit code."""
-        return _terminate(self._process.pid, timeout=timeout, popen=self._process)
+        return _stop_broker(self._process.pid, timeout=timeout, popen=self._process)
 
     def __enter__(self) -> LocalKafka:
         return self
@@ -354,7 +334,7 @@ def stop_detached(*, timeout: float = 30, state_file: Path | None = None) -> Bro
     state_path = state_file or DEFAULT_STATE_FILE
     before = status_detached(state_file=state_path, probe=False)
     if before.running and before.pid is not None:
-        _terminate(before.pid, timeout=timeout, popen=_DETACHED_CHILDREN.pop(before.pid, None))
+        _stop_broker(before.pid, timeout=timeout, popen=_DETACHED_CHILDREN.pop(before.pid, None))
     state_path.unlink(missing_ok=True)
     return before
 
@@ -417,19 +397,19 @@ def create_topic(
 def _launch(
     *, data_dir: Path | None, port: int | None, timeout: float, heap: str, detached: bool
 ) -> LocalKafka:
-    java = _find_java()
+    java = require_java()
     classpath = _kafka_classpath()
     layout = _Layout((data_dir or DEFAULT_DATA_DIR).resolve())
     layout.root.mkdir(parents=True, exist_ok=True)
     _check_data_dir_free(layout)
-    if port is not None and not _port_is_free(port):
+    if port is not None and processes.port_in_use(port):
         raise PortInUseError(port)
 
     # A free port found here can be taken before the JVM binds it; retry only when we chose it.
     attempts = 1 if port is not None else 3
     for attempt in range(1, attempts + 1):
-        broker_port = port if port is not None else _free_port()
-        controller_port = _free_port(exclude={broker_port})
+        broker_port = port if port is not None else processes.free_port()
+        controller_port = processes.free_port(exclude={broker_port})
         _write_config(layout, broker_port, controller_port)
         _format_storage(java, classpath, layout)
         process = _spawn(java, classpath, layout, heap=heap, detached=detached)
@@ -448,33 +428,6 @@ def _launch(
         log.info("kafka broker pid %d answering at %s", kafka.pid, kafka.bootstrap_servers)
         return kafka
     raise AssertionError("unreachable: the last attempt either returns or raises")
-
-
-def _find_java() -> str:
-    java_home = os.environ.get("JAVA_HOME")
-    candidate = Path(java_home) / "bin" / "java" if java_home else None
-    java = str(candidate) if candidate and candidate.is_file() else shutil.which("java")
-    if java is None:
-        raise JavaNotFoundError(
-            "`java` not found (neither $JAVA_HOME/bin/java nor on PATH): install a JDK 17+ "
-            "(e.g. `apt-get install openjdk-17-jdk-headless`) to run the local Kafka broker"
-        )
-    try:
-        result = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30, check=False)
-    except OSError as exc:
-        raise JavaNotFoundError(f"cannot run {java}: {exc}; install a JDK 17+") from exc
-    match = re.search(r'version "(\d+)(?:\.(\d+))?', result.stderr + result.stdout)
-    if match is None:
-        raise JavaNotFoundError(f"cannot tell the version of {java}: {result.stderr.strip()!r}")
-    major = int(match.group(1))
-    if major == 1 and match.group(2):  # "1.8.0_x" style: Java 8
-        major = int(match.group(2))
-    if major < _MIN_JAVA:
-        raise JavaNotFoundError(
-            f"{java} is Java {major}, Kafka 4 brokers need Java {_MIN_JAVA}+: install a JDK 17+ "
-            "and put it first on PATH or set JAVA_HOME"
-        )
-    return java
 
 
 def _kafka_classpath() -> str:
@@ -501,28 +454,6 @@ def _check_data_dir_free(layout: _Layout) -> None:
                 "that broker (`lakestream kafka stop` for the detached one)"
             ) from exc
         fcntl.lockf(handle, fcntl.LOCK_UN)
-
-
-def _port_is_free(port: int) -> bool:
-    """True if nothing listens on the port (SO_REUSEADDR: TIME_WAIT leftovers do not count)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((HOST, port))
-            sock.listen(1)
-        except OSError:
-            return False
-    return True
-
-
-def _free_port(exclude: set[int] | None = None) -> int:
-    for _ in range(50):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((HOST, 0))
-            found = int(sock.getsockname()[1])
-        if found not in (exclude or set()):
-            return found
-    raise KafkaBrokerError(f"could not find a free TCP port on {HOST}")
 
 
 def _write_config(layout: _Layout, port: int, controller_port: int) -> None:
@@ -553,12 +484,12 @@ def _write_config(layout: _Layout, port: int, controller_port: int) -> None:
         "group.initial.rebalance.delay.ms": "0",
     }
     layout.server_properties.write_text(
-        "# Written by lakestream/kafka_broker.py at every start; edits are overwritten.\n"
+        "# Written by devtools/kafka_broker.py at every start; edits are overwritten.\n"
         + "".join(f"{key}={value}\n" for key, value in settings.items())
     )
     log_file = str(layout.log_file)
     layout.log4j_properties.write_text(
-        "# Written by lakestream/kafka_broker.py: broker logs go to a size-capped file, not stderr.\n"
+        "# Written by devtools/kafka_broker.py: broker logs go to a size-capped file, not stderr.\n"
         "status = warn\n"
         "appender.file.type = RollingFile\n"
         "appender.file.name = file\n"
@@ -629,18 +560,6 @@ def _new_cluster_id() -> str:
             return cluster_id
 
 
-def _parent_death_signal() -> Callable[[], None] | None:
-    """Ask Linux to SIGTERM the broker when the starting thread dies, so tests leave no stray JVM."""
-    if not sys.platform.startswith("linux"):
-        return None
-    libc = ctypes.CDLL(None, use_errno=True)
-
-    def set_pdeathsig() -> None:
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-
-    return set_pdeathsig
-
-
 def _spawn(
     java: str, classpath: str, layout: _Layout, *, heap: str, detached: bool
 ) -> subprocess.Popen[bytes]:
@@ -663,7 +582,7 @@ def _spawn(
             cwd=layout.root,
             # Own session: a Ctrl-C in the terminal reaches the CLI, not the broker it manages.
             start_new_session=True,
-            preexec_fn=None if detached else _parent_death_signal(),
+            preexec_fn=None if detached else processes.parent_death_signal(),
         )
 
 
@@ -686,19 +605,11 @@ def _wait_ready(kafka: LocalKafka, *, timeout: float) -> None:
                 log_file=layout.log_file,
                 log_tail=_log_tail(layout),
             )
-        if _accepts_connections(kafka.port) and _responds(
+        if processes.accepts_connections(kafka.port) and _responds(
             kafka.bootstrap_servers, timeout=min(10.0, max(remaining, 1.0))
         ):
             return
         time.sleep(0.2)
-
-
-def _accepts_connections(port: int) -> bool:
-    try:
-        with socket.create_connection((HOST, port), timeout=1.0):
-            return True
-    except OSError:
-        return False
 
 
 def _responds(bootstrap_servers: str, *, timeout: float) -> bool:
@@ -733,61 +644,18 @@ def _responds(bootstrap_servers: str, *, timeout: float) -> bool:
 # ------------------------------------------------------------------------------------------- stopping
 
 
-def _terminate(pid: int, *, timeout: float, popen: subprocess.Popen[bytes] | None) -> int | None:
-    """SIGTERM, wait, SIGKILL; reap the child when it is ours. Returns the exit code if known."""
-    if not _alive(pid, popen):
-        return popen.returncode if popen is not None else None
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    if _wait_gone(pid, popen, timeout):
-        return popen.returncode if popen is not None else None
-    log.warning("kafka broker pid %d ignored SIGTERM for %.0fs, sending SIGKILL", pid, timeout)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-    if not _wait_gone(pid, popen, 10):
-        raise KafkaBrokerError(f"kafka broker pid {pid} survived SIGKILL; check `ps -p {pid}`")
-    return popen.returncode if popen is not None else None
-
-
-def _wait_gone(pid: int, popen: subprocess.Popen[bytes] | None, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while _alive(pid, popen):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.1)
-    return True
-
-
-def _alive(pid: int, popen: subprocess.Popen[bytes] | None) -> bool:
-    """Whether the process still runs; reaps it if it is our child, and counts a zombie as gone."""
-    if popen is not None:
-        return popen.poll() is None
-    with contextlib.suppress(ChildProcessError):
-        reaped, _ = os.waitpid(pid, os.WNOHANG)
-        if reaped == pid:
-            return False
+def _stop_broker(pid: int, *, timeout: float, popen: subprocess.Popen[bytes] | None) -> int | None:
+    """``processes.terminate`` for the broker JVM; one that survives SIGKILL is a KafkaBrokerError."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return _proc_state(pid) not in ("Z", "X", None)
-
-
-def _proc_state(pid: int) -> str | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None if sys.platform.startswith("linux") else "?"
-    # The state letter follows the parenthesised command name, which may itself contain spaces.
-    return stat.rpartition(")")[2].split()[0]
+        return processes.terminate(pid, timeout=timeout, popen=popen, name="kafka broker")
+    except OSError as exc:
+        raise KafkaBrokerError(str(exc)) from exc
 
 
 def _is_our_broker(pid: int, layout: _Layout) -> bool:
     """Guard against pid reuse: only a live JVM running kafka.Kafka on this data folder counts."""
     popen = _DETACHED_CHILDREN.get(pid)
-    if not _alive(pid, popen):
+    if not processes.alive(pid, popen):
         return False
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")

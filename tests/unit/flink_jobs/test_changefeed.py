@@ -2,24 +2,24 @@
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 
 from flink_jobs.changefeed import (
     ChangefeedTarget,
-    add_changefeed_parser,
     change_event_json,
     resolve_table,
     source_failure,
 )
+from flink_jobs.cli import build_parser
 from lakestream.config import Config, ConfigError, LakehouseConfig
 
 
-def test_targets():
+def test_targets() -> None:
     assert ChangefeedTarget.parse("delta:audit/orders") == ChangefeedTarget("delta", "audit/orders")
     assert ChangefeedTarget.parse("kafka:orders.changes") == ChangefeedTarget("kafka", "orders.changes")
     assert ChangefeedTarget.parse("delta:s3://bucket/t") == ChangefeedTarget("delta", "s3://bucket/t")
@@ -28,17 +28,15 @@ def test_targets():
             ChangefeedTarget.parse(bad)
 
 
-def test_tables_resolve_under_the_lakehouse_unless_absolute(tmp_path):
+def test_tables_resolve_under_the_lakehouse_unless_absolute(tmp_path: Path) -> None:
     cfg = Config(lakehouse=LakehouseConfig(root=str(tmp_path)))
     assert resolve_table(cfg, "silver/orders") == str(tmp_path / "silver" / "orders")
     assert resolve_table(cfg, "/data/t") == "/data/t"
     assert resolve_table(cfg, "s3://b/t") == "s3://b/t"
 
 
-def test_parser_wires_into_a_cli():
-    parser = argparse.ArgumentParser(prog="lakestream")
-    parser.add_argument("--config", default=None)
-    add_changefeed_parser(parser.add_subparsers(dest="command"))
+def test_changefeed_arguments_on_the_cli() -> None:
+    parser = build_parser()
     args = parser.parse_args(
         [
             "--config",
@@ -56,7 +54,7 @@ def test_parser_wires_into_a_cli():
         ]
     )
     assert (args.config, args.table, args.to.kind, args.from_version) == (
-        "c.toml",
+        Path("c.toml"),
         "silver/orders",
         "kafka",
         3,
@@ -72,7 +70,7 @@ def test_parser_wires_into_a_cli():
         parser.parse_args(["changefeed", "--table", "t", "--to", "delta:x", "--from-version", "soon"])
 
 
-def test_change_events_are_flat_json_with_the_metadata_fields():
+def test_change_events_are_flat_json_with_the_metadata_fields() -> None:
     ts = dt.datetime(2024, 5, 1, 12, 0, tzinfo=dt.timezone.utc)
     text = change_event_json(
         ["id", "amount", "day", "raw", "_change_type", "_commit_version", "_commit_timestamp"],
@@ -89,7 +87,7 @@ def test_change_events_are_flat_json_with_the_metadata_fields():
     }
 
 
-def test_source_failures_are_found_in_a_flink_traceback():
+def test_source_failures_are_found_in_a_flink_traceback() -> None:
     text = (
         "py4j...\nCaused by: ...\n  File x\n"
         "sources.errors.DataLossError: cannot continue: version 3\n\tat org..."

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import socket
 import time
 from collections import defaultdict
@@ -12,7 +11,7 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from lakestream.kafka_broker import (
+from devtools.kafka_broker import (
     BrokerAlreadyRunningError,
     DataDirInUseError,
     LocalKafka,
@@ -22,32 +21,9 @@ from lakestream.kafka_broker import (
     status_detached,
     stop_detached,
 )
+from devtools.processes import alive, port_in_use
 
 pytestmark = pytest.mark.integration
-
-
-def _pid_gone(pid: int) -> bool:
-    """Gone means no process, or only a zombie awaiting a reaper that is not us."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat.rpartition(")")[2].split()[0] == "Z"
-
-
-def _can_listen(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-            sock.listen(1)
-        except OSError:
-            return False
-    return True
 
 
 def _produce(bootstrap: str, topic: str, count: int) -> dict[bytes, bytes]:
@@ -116,8 +92,8 @@ def test_round_trip_exactly_then_clean_stop_and_restart(tmp_path: Path) -> None:
 
         pid, port = kafka.pid, kafka.port
         assert kafka.stop() is not None
-    assert _pid_gone(pid)
-    assert _can_listen(port)
+    assert not alive(pid)
+    assert not port_in_use(port)
     assert not kafka.status().running
     assert (data_dir / "kraft" / ".kafka_cleanshutdown").exists(), "SIGTERM should shut down cleanly"
     assert (data_dir / "broker.log").stat().st_size > 0
@@ -125,7 +101,7 @@ def test_round_trip_exactly_then_clean_stop_and_restart(tmp_path: Path) -> None:
     # Same folder again (new ports, no re-format): the topic and its 100 records survived.
     with LocalKafka.start(data_dir=data_dir) as again:
         assert len(_consume_all(again.bootstrap_servers, "events", 3, expected=100)) == 100
-    assert _pid_gone(again.pid)
+    assert not alive(again.pid)
 
 
 def test_detached_start_status_stop_round_trip(tmp_path: Path) -> None:
@@ -154,7 +130,7 @@ def test_detached_start_status_stop_round_trip(tmp_path: Path) -> None:
         stopped = stop_detached(state_file=state_file)
 
     assert stopped.pid == started.pid
-    assert _pid_gone(started.pid)
+    assert not alive(started.pid)
     assert not state_file.exists()
     assert not status_detached(state_file=state_file).running
     assert not stop_detached(state_file=state_file).running, "stopping twice is harmless"

@@ -1,0 +1,54 @@
+"""``lakestream.flink_runtime.require_java``: the java PyFlink would launch, and only a 17+ one."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from lakestream.flink_runtime import FlinkRuntimeError, JavaNotFoundError, require_java
+
+
+def fake_java(folder: Path, version: str) -> Path:
+    """``folder/bin/java`` answering ``-version`` like a JDK of ``version`` (on stderr, as java does)."""
+    java = folder / "bin" / "java"
+    java.parent.mkdir(parents=True)
+    java.write_text(f"#!/bin/sh\necho 'openjdk version \"{version}\" 2024-01-16' >&2\n")
+    java.chmod(java.stat().st_mode | stat.S_IXUSR)
+    return java
+
+
+def test_java_home_comes_before_the_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = fake_java(tmp_path / "home", "21.0.2")
+    fake_java(tmp_path / "onpath", "17.0.9")
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PATH", str(tmp_path / "onpath" / "bin"))
+    assert require_java() == str(home)
+
+
+def test_the_path_is_used_without_java_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    on_path = fake_java(tmp_path / "onpath", "17.0.9")
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(on_path.parent))
+    assert require_java() == str(on_path)
+
+
+@pytest.mark.parametrize("version", ["11.0.22", "1.8.0_392"])
+def test_a_java_older_than_17_is_refused_with_its_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: str
+) -> None:
+    fake_java(tmp_path / "old", version)
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "old"))
+    major = version.split(".")[0] if not version.startswith("1.") else version.split(".")[1]
+    with pytest.raises(JavaNotFoundError, match=f"is Java {major}, .*need Java 17"):
+        require_java()
+
+
+def test_no_java_names_the_fix_and_is_a_flink_runtime_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(FlinkRuntimeError, match=r"`java` not found .*install a JDK 17\+"):
+        require_java()
