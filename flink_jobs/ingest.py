@@ -15,56 +15,10 @@ Graph (operator uids in brackets; all stable, keep them across upgrades)::
            writes itself   late/order_events          late arrivals + their watermark
            writes itself   silver/orders              MERGE with the per-field guard, one row per order
 
-Every record that crosses between the JVM and a Python worker costs a fixed amount (gRPC framing,
-coders, a Python call); with one crossing per Kafka record the job topped out near 1,000 events/s. So
-records cross in batches, one Kafka partition's records per batch (``io.lakestream.flink.
-KafkaBatchEpochOperator``, flushed at ``flink.batch_size`` / ``flink.batch_time`` and always before a
-checkpoint barrier), and each Python operator writes its tables itself: about three crossings per batch
-instead of four per record.
-
-Every table is written exactly once by a ``TwoPhaseDeltaWriter`` following checkpoint markers
-(``udfs.delta_sink.TableWriters``). Silver holds the per-order state of record: the resolve operator
-turns each new event into the partial row it implies, the writer folds a checkpoint's rows per order and
-MERGEs them with the per-field event-time guard (``udfs.ingest_resolve`` says why no Flink keyed state).
-
-Determinism of "late"
----------------------
-Watermarks are bounded out-of-orderness per Kafka partition: ``max(event time so far) -
-max_out_of_orderness - 1 ms`` over the partition's VALID events. An event is late when its event time is
-at or below its partition's watermark when it arrives (Flink's definition), and the late row carries
-that watermark. So "late" means: more than ``max_out_of_orderness`` older than an event that came before
-it in its own partition. Three things would make it depend on timing, and the design removes each:
-
-1. *When* a watermark advances. Periodic generators emit on processing time, and PyFlink operators
-   advance their watermark only between bundles. So the watermark advances record by record, and the
-   late decision is taken in the same Java operator (``io.lakestream.flink.EventTimeGate``), event by
-   event within each batch (a batch holds one partition's events in Kafka order).
-2. *Which* watermark. A watermark combined over partitions (the minimum, as a Flink source combines its
-   splits) or over parallel channels depends on how fast each is read: in a catch-up, one partition
-   read ahead would make everything else late, or a partition not read yet would hide real lateness.
-   Judging each event against its own partition depends only on the partition's order, which Kafka
-   fixes. (The gate runs at parallelism 1 and keeps the per-partition state for all partitions.)
-3. *Restarts*. The per-partition maxima are checkpointed, in step with the source offsets (aligned
-   checkpoints), so a restored job takes exactly the decisions the failed run would have taken.
-
-Hence the late table is a function of the Kafka partitions' contents only: the same in every run, and
-what a test can compute exactly. Only VALID events move watermarks (a SUSPICIOUS clock far in the
-future would otherwise make everything after it late); times are compared in milliseconds (floored).
-
-The gate also emits a regular Flink watermark for event-time operators downstream: the minimum over
-the partitions seen so far that are not idle, never moving backwards. A partition without records for
-``idleness_timeout`` (processing time) leaves that minimum until its next record, so a quiet partition
-does not stall it, and when all are quiet the gate's output is marked idle. This combined watermark is
-timing-dependent by nature; nothing written to the tables depends on it. Being at most any partition's
-watermark, it never calls an event late that the per-partition rule calls on time.
-
-Late events are still applied to silver: the per-field event-time guard (``lakestream.silver``) keeps a
-10:00 record from overwriting a 12:05 value; the late table records that it arrived late.
-
-``--bounded`` reads every topic from the consumer group's committed offsets (earliest where none) up to
-the end offsets snapshotted at start, finishes once every table committed its last rows, then commits
-those end offsets to the consumer group (so the next run starts where this one ended). Unbounded runs
-resume from the job's newest retained checkpoint (``--fresh`` to start from the committed offsets).
+Records cross the JVM/Python boundary in per-partition batches, flushed before every checkpoint
+barrier; each Python operator writes its own tables exactly once under the marker protocol. Why late is
+decided per partition in Java, and why silver needs no Flink state: DESIGN.md section 2; the commit
+protocol: section 3; ``--bounded`` and resuming: section 4.
 """
 
 from __future__ import annotations

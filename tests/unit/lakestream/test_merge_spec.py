@@ -2,7 +2,7 @@
 
 Hand-written cases pin the Python reference to the rule as DESIGN.md states it; property tests hold the
 columnar pre-reduction (``lakestream.merge_reduce``) to the reference. The Delta MERGE is held to it in
-``tests/unit/test_delta_merge.py``, on real tables.
+``tests/unit/sinks/test_merge_mode.py``, on real tables.
 """
 
 from __future__ import annotations
