@@ -37,6 +37,7 @@ from devtools.kafka_broker import create_topic
 from devtools.processes import kill_group
 from devtools.sample_events import SampleSettings, SourceEvent, generate
 from tests.support.cli import run_cli
+from tests.support.silver_oracle import FIELDS as RESOLVED
 from tests.support.silver_oracle import expected_silver
 
 pytestmark = pytest.mark.integration
@@ -47,16 +48,6 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 START = datetime(2024, 6, 1, 4, 0, tzinfo=UTC)  # 12:00 in Asia/Shanghai
 BOUND = timedelta(minutes=30)  # event_time.max_out_of_orderness for this test
 LONG_AGO = START - timedelta(hours=3)  # late events: far behind anything on their partition
-RESOLVED = (
-    "user_id",
-    "status",
-    "amount",
-    "paid_amount",
-    "address",
-    "logistics_state",
-    "created_time",
-    "deleted",
-)
 SOURCES = ("orders_db", "payments", "logistics", "behaviour")
 
 

@@ -18,23 +18,10 @@ from hypothesis import strategies as st
 from lakestream.merge_reduce import reduce_guarded, reduce_latest
 from lakestream.merge_spec import MergeSpec, MergeSpecError
 from lakestream.silver import SILVER_MERGE, SILVER_SCHEMA
+from tests.support.silver_rows import change, ts
 
 SPEC, SILVER = SILVER_MERGE, SILVER_SCHEMA
 UTC = dt.timezone.utc
-
-
-def ts(second: int) -> dt.datetime:
-    return dt.datetime(2024, 5, 1, 12, 0, second, tzinfo=UTC)
-
-
-def change(order: str, eid: str, second: int, **values: Any) -> dict[str, Any]:
-    """A silver change row: the given fields set by event ``eid`` at ``second``, all else null."""
-    row: dict[str, Any] = dict.fromkeys(SILVER.names)
-    row["order_id"] = order
-    for name, value in values.items():
-        row[name], row[f"{name}__ts"], row[f"{name}__eid"] = value, ts(second), eid
-    row["last_event_time"], row["last_event_id"] = ts(second), eid
-    return row
 
 
 # ---------------------------------------------------------------- the definition

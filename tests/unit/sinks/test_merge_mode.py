@@ -36,6 +36,8 @@ from tests.support.delta_tables import (
     table_version,
     txn_version,
 )
+from tests.support.silver_rows import change as event
+from tests.support.silver_rows import ts
 
 UTC = dt.timezone.utc
 TS = pa.timestamp("us", tz="UTC")
@@ -44,23 +46,6 @@ FIELDS = FIELD_TYPES
 SILVER = SILVER_SCHEMA
 SPEC = SILVER_MERGE
 FAST_RETRY = RetryPolicy(max_attempts=5, initial_backoff_s=0.001, max_backoff_s=0.01)
-
-
-def ts(second: int) -> dt.datetime:
-    return dt.datetime(2024, 5, 1, 12, 0, second, tzinfo=UTC)
-
-
-def event(order: str, eid: str, second: int, **values: Any) -> dict[str, Any]:
-    """A silver change row: the given fields set by event ``eid`` at ``second``, all else null."""
-    row: dict[str, Any] = dict.fromkeys(SILVER.names)
-    row["order_id"] = order
-    for name, value in values.items():
-        row[name] = value
-        row[f"{name}__ts"] = ts(second)
-        row[f"{name}__eid"] = eid
-    row["last_event_time"] = ts(second)
-    row["last_event_id"] = eid
-    return row
 
 
 def as_table(rows: dict[Any, dict[str, Any]], schema: pa.Schema, keys: list[str]) -> pa.Table:
