@@ -6,6 +6,12 @@ with their watermark (and are still applied: the guard, not the watermark, prote
 re-deliveries are dropped by ``lakestream.dedup.DedupCache``; every other event becomes the partial row
 ``lakestream.silver.silver_source`` makes of it, which the silver writer folds per checkpoint and MERGEs
 with ``SILVER_MERGE``. One crossing per batch, column-wise; no per-order Flink state (DESIGN.md section 2).
+
+The output is the committables (``udfs.global_commit.COMMITTABLE_TYPE``) of the tables in global commit
+mode (silver in ingest), for one ``GlobalCommitterFunction``. Each checkpoint's counts of late events,
+duplicates and silver changes go with silver's staged work into its Delta commit
+(``lakestream.counters``): unlike the Flink counters, summed over the table history they count every
+event exactly once, across restores.
 """
 
 from __future__ import annotations
@@ -19,13 +25,16 @@ from pyflink.datastream import ProcessFunction, RuntimeContext
 
 from lakestream.dedup import DedupCache
 from lakestream.silver import silver_source
-from udfs.checkpoint_markers import DATA, Marker
+from udfs.checkpoint_markers import DATA, END_OF_INPUT, PRECOMMIT, Marker
 from udfs.delta_sink import DeltaSinkSpec, TableWriters
+from udfs.global_commit import committable_row
 from udfs.ingest_rows import NOT_LATE, GatedBatch, from_epoch_millis, unpack_events
 from udfs.worker_gc import tune_for_batches
 
 #: Names of the tables this operator writes, as keys of its ``tables`` argument.
 LATE, SILVER = "late", "silver"
+#: The per-checkpoint counts recorded in silver's commits (the same names as the Flink counters).
+COUNTERS = ("events_late", "events_duplicate", "silver_changes")
 
 UTC = timezone.utc
 
@@ -51,6 +60,8 @@ class ResolveBatches(ProcessFunction):  # type: ignore[misc]
         self._late = group.counter("events_late")
         self._duplicates = group.counter("events_duplicate")
         self._changes = group.counter("silver_changes")
+        #: Counts since the last PRECOMMIT: this checkpoint's, staged with silver's work at PRECOMMIT.
+        self._counts = dict.fromkeys(COUNTERS, 0)
         self.tables.register_metrics(runtime_context)
         tune_for_batches()  # last: freezes what open() built
 
@@ -62,7 +73,12 @@ class ResolveBatches(ProcessFunction):  # type: ignore[misc]
         """A checkpoint marker for the writers, or one gated batch to route and resolve."""
         marker = Marker.of(value)
         if marker.kind != DATA:
-            yield from self.tables.on_marker(value)
+            counters = None
+            if marker.kind in (PRECOMMIT, END_OF_INPUT):
+                counters = {SILVER: self._counts}
+                self._counts = dict.fromkeys(COUNTERS, 0)
+            for committable in self.tables.apply(value, counters=counters).committables:
+                yield committable_row(committable)
             return
         gated = GatedBatch._make(marker.payload)
         late_wms = gated.late_watermarks or ()
@@ -85,3 +101,7 @@ class ResolveBatches(ProcessFunction):  # type: ignore[misc]
         self._late.inc(len(late))
         self._duplicates.inc(duplicates)
         self._changes.inc(silver.num_rows)
+        counts = self._counts
+        counts["events_late"] += len(late)
+        counts["events_duplicate"] += duplicates
+        counts["silver_changes"] += silver.num_rows
