@@ -374,8 +374,8 @@ def setup_topics(kafka: str, tmp_path: Path, lakehouse: Path) -> tuple[dict[str,
     return topics, env
 
 
-def assert_tables(lakehouse: Path, records: list[Record]) -> None:
-    """All five tables equal what the produced records imply."""
+def assert_tables(lakehouse: Path, records: list[Record], *, restarted: bool = False) -> None:
+    """All five tables equal what the produced records imply (``restarted``: by a run with a restore)."""
     kinds = Counter(r.kind for r in records)
     assert kinds["malformed"] >= 20 and kinds["suspicious"] == 4 and kinds["invalid"] == 4
 
@@ -428,6 +428,34 @@ def assert_tables(lakehouse: Path, records: list[Record]) -> None:
     expected = expected_silver([r.ev for r in records if r.kind == "valid"])
     assert silver == expected
     assert silver["1001"]["address"] == "Haidian" and silver["1001"]["status"] == "pending"
+
+    # The resolve counts in silver's commits: each VALID event with an order is counted exactly once
+    # (replays included), as a duplicate of an id seen before, or fresh: then a silver change unless it
+    # is a behaviour event (those do not feed silver). De-dup starts empty after a restore, so only a
+    # run without one pins down which arrivals are duplicates.
+    counts = silver_commit_counters(lakehouse)
+    assert counts["events_late"] == len(expected_late)
+    ids: dict[str, Counter[str]] = {"behaviour": Counter(), "silver": Counter()}
+    for row in bronze.values():
+        if row["quality"] == "VALID" and row["order_id"] is not None:
+            ids["behaviour" if row["source"] == "behaviour" else "silver"][row["event_id"]] += 1
+    arrivals = {k: sum(c.values()) for k, c in ids.items()}
+    distinct = {k: len(c) for k, c in ids.items()}
+    changes, duplicates = counts["silver_changes"], counts["events_duplicate"]
+    fresh_behaviour = arrivals["behaviour"] + arrivals["silver"] - changes - duplicates
+    assert distinct["behaviour"] <= fresh_behaviour <= arrivals["behaviour"], counts
+    assert distinct["silver"] <= changes <= arrivals["silver"], counts
+    if not restarted:
+        assert changes == distinct["silver"] and fresh_behaviour == distinct["behaviour"], counts
+    assert duplicates >= 1  # the stream has re-deliveries close together
+
+
+def silver_commit_counters(lakehouse: Path) -> Counter[str]:
+    """``lakestream.counters`` of silver's commits, summed over the whole table history."""
+    total: Counter[str] = Counter()
+    for entry in DeltaTable(str(lakehouse / "silver/orders")).history():
+        total.update(entry.get("lakestream.counters") or {})
+    return total
 
 
 def test_ingest_bounded_tables_equal_expectations(kafka: str, lakehouse: Path, tmp_path: Path) -> None:
@@ -515,7 +543,7 @@ def test_ingest_killed_and_resumed_gives_the_same_tables(kafka: str, lakehouse: 
         kill_group(second)
     print(f"kill-and-resume ingest of {len(records)} records took {time.monotonic() - started:.1f}s")
     assert "resuming from checkpoint" in log.read_text()
-    assert_tables(lakehouse, records)
+    assert_tables(lakehouse, records, restarted=True)
 
 
 def test_silver_exact_with_cold_state_across_runs(kafka: str, lakehouse: Path, tmp_path: Path) -> None:
