@@ -14,12 +14,20 @@ Graph (operator uids in brackets; all stable, keep them across upgrades; every s
       -> de-dup by event id in keyed state + resolve markers [ingest-dedup]
       -> resolve orders [ingest-resolve-orders]                                            (chained)
            writes itself   late/order_events          late arrivals + their watermark
-           writes itself   silver/orders              MERGE with the per-field guard, one row per order
+           stages          silver/orders              partial rows per order, pre-reduced per checkpoint
+           main: silver's committables, one per prepared checkpoint
+      -> checkpoint markers [ingest-silver-committer-markers]                            parallelism 1
+      -> silver committer [ingest-silver-committer]                                      1 (chained)
+           commits         silver/orders              ONE MERGE per checkpoint with the per-field guard,
+                                                      one txn action per resolve subtask
+      -> discard [ingest-silver-committer-end]                                           1 (chained)
 
 Records cross the JVM/Python boundary in per-partition batches, flushed before every checkpoint
-barrier; each Python operator writes its own tables exactly once under the marker protocol. Why late is
-decided per partition in Java, and why silver needs no Flink state: DESIGN.md section 2; the commit
-protocol: section 3; ``--bounded`` and resuming: section 4.
+barrier; each Python operator writes its own tables exactly once under the marker protocol, except
+silver, which the resolve subtasks stage and one global committer commits, so that it gets one MERGE
+per checkpoint whatever the resolve parallelism. Why late is decided per partition in Java, and why
+silver needs no Flink state: DESIGN.md section 2; the commit protocol and the global committer:
+section 3; ``--bounded`` and resuming: section 4.
 """
 
 from __future__ import annotations
@@ -63,16 +71,15 @@ def build_ingest_job(
     """
     from datetime import datetime, timezone
 
-    from pyflink.common import Types
-
     from flink_jobs.kafka_input import kafka_records
     from lakestream.adapters import AdapterSettings
     from lakestream.flink_runtime import build_env
     from lakestream.quality import QualityRules
     from lakestream.silver import SILVER_MERGE, SILVER_SCHEMA
     from lakestream.standard import BRONZE_SCHEMA, LATE_SCHEMA, QUARANTINE_SCHEMA
-    from udfs.checkpoint_markers import discard, kafka_batches_with_markers
+    from udfs.checkpoint_markers import kafka_batches_with_markers
     from udfs.delta_sink import DeltaSinkSpec
+    from udfs.global_commit import COMMITTABLE_TYPE, commit_globally
     from udfs.ingest_gate import dedup_by_key, event_time_gate
     from udfs.ingest_resolve import LATE, SILVER, ResolveBatches
     from udfs.ingest_standardise import BATCH_TYPE, BRONZE, QUARANTINE, REVIEW, StandardiseFunction
@@ -171,20 +178,20 @@ def build_ingest_job(
         name="de-dup by event id + resolve markers",
         uid="ingest-dedup",
     )
-    reports = (
+    # Silver is committed globally: the resolve subtasks stage it and emit its committables, one
+    # committer makes each checkpoint ONE MERGE (parallel MERGEs would conflict and serialize).
+    silver = spec(SILVER_TABLE, SILVER_SCHEMA, mode="merge", merge=SILVER_MERGE, commit="global")
+    committables = (
         marked.process(
             ResolveBatches(
-                tables={
-                    LATE: spec(LATE_TABLE, LATE_SCHEMA),
-                    SILVER: spec(SILVER_TABLE, SILVER_SCHEMA, mode="merge", merge=SILVER_MERGE),
-                },
+                tables={LATE: spec(LATE_TABLE, LATE_SCHEMA), SILVER: silver},
             ),
-            output_type=Types.STRING(),
+            output_type=COMMITTABLE_TYPE,
         )
-        .name("resolve orders + late/silver writers")
+        .name("resolve orders + late writer, silver stager")
         .uid("ingest-resolve-orders")
     )
-    discard(reports, name="resolve reports", uid="ingest-resolve-end")
+    commit_globally(committables, [silver], name="silver committer", uid="ingest-silver-committer")
     return env
 
 

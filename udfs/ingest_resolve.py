@@ -6,6 +6,11 @@ watermarks (from the ``EventTimeGate``) and de-dup flags (Flink keyed state). La
 ``late/order_events`` with their watermark and are still applied (the guard, not the watermark, protects
 newer values); first sightings become the partial rows of ``lakestream.silver.silver_source``, which the
 silver writer folds per checkpoint and MERGEs with ``SILVER_MERGE`` (DESIGN.md section 2).
+
+The output is the committables (``udfs.global_commit.COMMITTABLE_TYPE``) of the tables in global commit
+mode (silver), for one ``GlobalCommitterFunction``. Each checkpoint's counts of late events, duplicates
+and silver changes go with silver's staged work into its Delta commit (``lakestream.counters``): summed
+over the table history they count every event exactly once, across restores.
 """
 
 from __future__ import annotations
@@ -18,13 +23,16 @@ import pyarrow as pa
 from pyflink.datastream import ProcessFunction, RuntimeContext
 
 from lakestream.silver import silver_source
-from udfs.checkpoint_markers import DATA, Marker
+from udfs.checkpoint_markers import DATA, END_OF_INPUT, PRECOMMIT, Marker
 from udfs.delta_sink import DeltaSinkSpec, TableWriters
+from udfs.global_commit import committable_row
 from udfs.ingest_rows import NOT_LATE, ResolveBatch, from_epoch_millis, unpack_events
 from udfs.worker_gc import tune_for_batches
 
 #: Names of the tables this operator writes, as keys of its ``tables`` argument.
 LATE, SILVER = "late", "silver"
+#: The per-checkpoint counts recorded in silver's commits (the same names as the Flink counters).
+COUNTERS = ("events_late", "events_duplicate", "silver_changes")
 
 UTC = timezone.utc
 
@@ -46,6 +54,8 @@ class ResolveBatches(ProcessFunction):  # type: ignore[misc]
         self._late = group.counter("events_late")
         self._duplicates = group.counter("events_duplicate")
         self._changes = group.counter("silver_changes")
+        #: Counts since the last PRECOMMIT: this checkpoint's, staged with silver's work at PRECOMMIT.
+        self._counts = dict.fromkeys(COUNTERS, 0)
         self.tables.register_metrics(runtime_context)
         tune_for_batches()  # last: freezes what open() built
 
@@ -57,12 +67,21 @@ class ResolveBatches(ProcessFunction):  # type: ignore[misc]
         """A checkpoint marker for the writers, or one re-batched set of parts to resolve."""
         marker = Marker.of(value)
         if marker.kind != DATA:
-            yield from self.tables.on_marker(value)
+            counters = None
+            if marker.kind in (PRECOMMIT, END_OF_INPUT):
+                counters = {SILVER: self._counts}
+                self._counts = dict.fromkeys(COUNTERS, 0)
+            for committable in self.tables.apply(value, counters=counters).committables:
+                yield committable_row(committable)
             return
         counts = resolve_batch(ResolveBatch._make(marker.payload), self.tables, self._watermark_type)
         self._late.inc(counts.late)
         self._duplicates.inc(counts.duplicates)
         self._changes.inc(counts.silver_changes)
+        staged = self._counts
+        staged["events_late"] += counts.late
+        staged["events_duplicate"] += counts.duplicates
+        staged["silver_changes"] += counts.silver_changes
 
 
 class ResolveCounts(NamedTuple):

@@ -1,4 +1,4 @@
-"""A stand-in for PyFlink's runtime context in Flink-free operator tests: counters by name."""
+"""A stand-in for PyFlink's runtime context in Flink-free operator tests: counters and gauges."""
 
 from __future__ import annotations
 
@@ -14,19 +14,22 @@ class Counter:
 
 
 class MetricGroup:
-    """Records counters by name; stands in for PyFlink's metric group (not part of what is tested)."""
+    """Stands in for PyFlink's metric group: records counters and gauges by group path."""
 
-    def __init__(self) -> None:
+    def __init__(self, path: tuple[str, ...] = (), root: MetricGroup | None = None) -> None:
+        self.path = path
+        self.root = root or self
         self.counters: dict[str, Counter] = {}
+        self.gauges: dict[tuple[str, ...], Any] = {}
 
-    def add_group(self, *_: str) -> MetricGroup:
-        return self
+    def add_group(self, *names: str) -> MetricGroup:
+        return MetricGroup(self.path + names, self.root)
 
     def counter(self, name: str) -> Counter:
-        return self.counters.setdefault(name, Counter())
+        return self.root.counters.setdefault(name, Counter())
 
-    def gauge(self, *_: Any) -> None:
-        pass
+    def gauge(self, name: str, read: Any) -> None:
+        self.root.gauges[(*self.path, name)] = read
 
 
 class MetricsContext:
