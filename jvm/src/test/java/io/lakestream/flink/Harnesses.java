@@ -11,6 +11,7 @@ import org.apache.flink.runtime.operators.testutils.MockEnvironment;
 import org.apache.flink.runtime.operators.testutils.MockEnvironmentBuilder;
 import org.apache.flink.runtime.operators.testutils.MockInputSplitProvider;
 import org.apache.flink.streaming.api.operators.OneInputStreamOperator;
+import org.apache.flink.streaming.runtime.streamrecord.StreamRecord;
 import org.apache.flink.streaming.util.AbstractStreamOperatorTestHarness;
 import org.apache.flink.streaming.util.OneInputStreamOperatorTestHarness;
 import org.apache.flink.types.Row;
@@ -102,5 +103,23 @@ final class Harnesses {
     static void assertOpen(Row marker, long restored, String runId, int subtask, int parallelism) {
         assertEquals(
                 Row.of(CheckpointEpochOperator.OPEN, restored, subtask, parallelism, runId, null), marker);
+    }
+
+    // ---- gate rows (standardise's BATCH_TYPE)
+
+    static Row header(String split, long... eventTimes) {
+        return Row.of(split, EventTimeGate.HEADER, eventTimes, new int[0], new int[0], new long[0],
+                new long[0], null, null);
+    }
+
+    /** A part row; ids are {@code (hi, lo)} pairs, buckets per event. */
+    static Row part(
+            String split, int part, long[] eventTimes, int[] positions, int[] buckets, long[] idHi,
+            long[] idLo, byte[] events) {
+        return Row.of(split, part, eventTimes, positions, buckets, idHi, idLo, null, events);
+    }
+
+    static StreamRecord<Row> record(Row row) {
+        return new StreamRecord<>(row);
     }
 }
