@@ -71,6 +71,24 @@ class BucketKeySelectorTest {
     }
 
     @ParameterizedTest
+    @ValueSource(ints = {128, 1024})
+    void spreadUsesEveryKeyOfAKeyGroup(int maxParallelism) {
+        int perKeyGroup = KeyGroupKeys.of(maxParallelism).keysPerKeyGroup();
+        int[] hits = new int[perKeyGroup];
+        java.util.Random random = new java.util.Random(7);
+        int n = perKeyGroup * 50;
+        for (int i = 0; i < n; i++) {
+            int j = KeyedDedupEpochOperator.spread(random.nextLong(), random.nextLong(), perKeyGroup);
+            hits[j]++;
+        }
+        for (int j = 0; j < perKeyGroup; j++) {
+            assertTrue(hits[j] > 10 && hits[j] < 110, "key " + j + ": " + hits[j] + " of " + n);
+        }
+        assertNotEquals(
+                KeyedDedupEpochOperator.spread(1, 2, perKeyGroup), KeyedDedupEpochOperator.spread(2, 1, perKeyGroup));
+    }
+
+    @ParameterizedTest
     @ValueSource(ints = {128})
     void rejectsRowsWithoutAValidFirstBucket(int maxParallelism) {
         BucketKeySelector selector = new BucketKeySelector(maxParallelism);

@@ -6,13 +6,18 @@ import java.util.ArrayList;
 import java.util.List;
 
 import org.apache.flink.api.common.JobID;
+import org.apache.flink.api.common.typeinfo.Types;
 import org.apache.flink.runtime.checkpoint.OperatorSubtaskState;
 import org.apache.flink.runtime.operators.testutils.MockEnvironment;
 import org.apache.flink.runtime.operators.testutils.MockEnvironmentBuilder;
 import org.apache.flink.runtime.operators.testutils.MockInputSplitProvider;
+import org.apache.flink.runtime.state.StateBackend;
+import org.apache.flink.runtime.state.hashmap.HashMapStateBackend;
+import org.apache.flink.state.rocksdb.EmbeddedRocksDBStateBackend;
 import org.apache.flink.streaming.api.operators.OneInputStreamOperator;
 import org.apache.flink.streaming.runtime.streamrecord.StreamRecord;
 import org.apache.flink.streaming.util.AbstractStreamOperatorTestHarness;
+import org.apache.flink.streaming.util.KeyedOneInputStreamOperatorTestHarness;
 import org.apache.flink.streaming.util.OneInputStreamOperatorTestHarness;
 import org.apache.flink.types.Row;
 
@@ -42,6 +47,35 @@ final class Harnesses {
             throws Exception {
         return new OneInputStreamOperatorTestHarness<>(
                 operator, env(job, MAX_PARALLELISM, parallelism, subtask));
+    }
+
+    static KeyedOneInputStreamOperatorTestHarness<Integer, Row, Row> keyed(
+            OneInputStreamOperator<Row, Row> operator,
+            JobID job,
+            int maxParallelism,
+            int parallelism,
+            int subtask,
+            String backend)
+            throws Exception {
+        KeyedOneInputStreamOperatorTestHarness<Integer, Row, Row> harness =
+                new KeyedOneInputStreamOperatorTestHarness<>(
+                        operator,
+                        new BucketKeySelector(maxParallelism),
+                        Types.INT,
+                        env(job, maxParallelism, parallelism, subtask));
+        harness.setStateBackend(backend(backend));
+        return harness;
+    }
+
+    static StateBackend backend(String name) {
+        switch (name) {
+            case "hashmap":
+                return new HashMapStateBackend();
+            case "rocksdb":
+                return new EmbeddedRocksDBStateBackend();
+            default:
+                throw new IllegalArgumentException(name);
+        }
     }
 
     /** The state subtask {@code subtask} of {@code newParallelism} gets from these snapshots. */
