@@ -6,12 +6,12 @@ VPY    := $(VENV)/bin/python
 STAMPS := .lakestream/stamps
 JAVA_SOURCES := $(shell find jvm/src -name '*.java' 2>/dev/null)
 
-.PHONY: demo test unit lint typecheck bootstrap venv jvm tools bench profile clean
+.PHONY: demo test unit lint typecheck bootstrap venv jvm jvm-test tools bench profile clean
 
 demo: bootstrap
 	$(VPY) -m flink_jobs demo
 
-test: bootstrap lint typecheck
+test: bootstrap lint typecheck jvm-test
 	$(VPY) -m pytest -q tests
 
 unit: bootstrap
@@ -45,6 +45,10 @@ jvm: jvm/target/lakestream-jvm.jar
 jvm/target/lakestream-jvm.jar: jvm/pom.xml $(JAVA_SOURCES)
 	mvn -q -B -f jvm/pom.xml package
 	@touch $@
+
+# The Java operator tests (JUnit 5 + Flink's operator harnesses), also when the jar is up to date.
+jvm-test: tools
+	mvn -q -B -f jvm/pom.xml test
 
 # Benchmark-only deps (the `bench` extra: pyspark, delta-spark, confluent-kafka, psutil, py-spy) and the
 # Spark connector jars (Maven profile spark-bench -> jvm/target/lib/spark); BENCH_ARGS e.g. --events 100000.
