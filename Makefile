@@ -43,7 +43,7 @@ $(STAMPS)/venv: pyproject.toml requirements-lock.txt
 jvm: jvm/target/lakestream-jvm.jar
 
 jvm/target/lakestream-jvm.jar: jvm/pom.xml $(JAVA_SOURCES)
-	mvn -q -B -f jvm/pom.xml package
+	mvn -q -B -f jvm/pom.xml package -DskipTests
 	@touch $@
 
 # The Java operator tests (JUnit 5 + Flink's operator harnesses), also when the jar is up to date.
@@ -54,7 +54,7 @@ jvm-test: tools
 # Spark connector jars (Maven profile spark-bench -> jvm/target/lib/spark); BENCH_ARGS e.g. --events 100000.
 bench: bootstrap
 	$(VPY) -m pip install -q -c requirements-lock.txt -e '.[bench]'
-	mvn -q -B -f jvm/pom.xml -Pspark-bench package
+	mvn -q -B -f jvm/pom.xml -Pspark-bench package -DskipTests
 	$(VPY) -m benchmarks $(BENCH_ARGS)
 
 # Where the bounded ingest spends its time: py-spy on every Python worker, CPU per process kind

@@ -51,8 +51,8 @@ class ResolveBatches(ProcessFunction):  # type: ignore[misc]
     def open(self, runtime_context: RuntimeContext) -> None:
         """Register the counters and writer gauges."""
         group = runtime_context.get_metrics_group().add_group("lakestream")
+        # events_duplicate is the de-dup operator's Flink counter; here it only goes into silver's commits.
         self._late = group.counter("events_late")
-        self._duplicates = group.counter("events_duplicate")
         self._changes = group.counter("silver_changes")
         #: Counts since the last PRECOMMIT: this checkpoint's, staged with silver's work at PRECOMMIT.
         self._counts = dict.fromkeys(COUNTERS, 0)
@@ -76,7 +76,6 @@ class ResolveBatches(ProcessFunction):  # type: ignore[misc]
             return
         counts = resolve_batch(ResolveBatch._make(marker.payload), self.tables, self._watermark_type)
         self._late.inc(counts.late)
-        self._duplicates.inc(counts.duplicates)
         self._changes.inc(counts.silver_changes)
         staged = self._counts
         staged["events_late"] += counts.late
