@@ -495,8 +495,13 @@ def _memory_lines(m: dict[str, Any] | None) -> list[str]:
     else:
         lines.append(
             "\nDe-dup entries and bytes per entry: n/a (no RocksDB metrics of a de-dup operator: the job "
-            f"keeps its de-dup state elsewhere); RocksDB local directory {_mib(m.get('local_dir_bytes'))} MiB"
-            + (f", latest checkpoint {_mib(ckpt.get('state_size'))} MiB." if ckpt else ".")
+            "keeps its de-dup state elsewhere); RocksDB local directory "
+            + (
+                "n/a (not created)"
+                if m.get("local_dir_bytes") is None
+                else f"{_mib(m['local_dir_bytes'])} MiB"
+            )
+            + (f", latest checkpoint {_mib(ckpt.get('state_size'))} MiB full state." if ckpt else ".")
         )
     lines += [
         "",
