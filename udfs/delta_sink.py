@@ -250,6 +250,11 @@ class DeltaSinkFunction(ProcessFunction):  # type: ignore[misc]
     """A Python sink operator for one table: data rows and markers in, commit reports out."""
 
     def __init__(self, spec: DeltaSinkSpec) -> None:
+        if spec.commit != "subtask":
+            raise ValueError(
+                f"{spec.app_prefix}: this sink commits per subtask; for commit='global' write with "
+                "TableWriters.apply, emit its committables and commit them with udfs.global_commit"
+            )
         self.tables = TableWriters({"table": spec})
 
     def open(self, runtime_context: RuntimeContext) -> None:

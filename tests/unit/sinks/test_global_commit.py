@@ -687,6 +687,8 @@ def test_the_committer_refuses_what_is_not_its_own(tmp_path: Path) -> None:
     [c] = job.precommit(1, deliver=[])
     with pytest.raises(ValueError, match="wire each table"):
         job.committer.add(c._replace(app_prefix="other"))
+    with pytest.raises(ValueError, match="not the prepared manifest"):
+        job.committer.add(c._replace(checkpoint_id=7))  # the path names checkpoint 1's manifest
     job.committer.add(c)
     job.committer.add(c)  # delivered twice: collected once
     assert len(job.committer.pending) == 1

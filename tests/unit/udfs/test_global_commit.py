@@ -25,7 +25,7 @@ from sinks.committer import COUNTERS_KEY
 from tests.support.delta_tables import staging_leftovers, table_version, txn_version
 from tests.support.metrics import MetricsContext
 from udfs.checkpoint_markers import COMMIT, DATA, END_OF_INPUT, OPEN, PRECOMMIT
-from udfs.delta_sink import COMMIT_GAUGES, STAGER_GAUGES, DeltaSinkSpec, TableWriters
+from udfs.delta_sink import COMMIT_GAUGES, STAGER_GAUGES, DeltaSinkFunction, DeltaSinkSpec, TableWriters
 from udfs.global_commit import GlobalCommitterFunction
 from udfs.ingest_resolve import LATE, SILVER, ResolveBatches
 from udfs.ingest_rows import NOT_LATE, bronze_row, pack_events
@@ -184,6 +184,8 @@ def test_global_tables_need_the_committables_path(tmp_path: Path) -> None:
         DeltaSinkSpec(table_uri="t", app_prefix="a", schema=LATE_SCHEMA, commit="sometimes")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="commit='global'"):
         GlobalCommitterFunction([specs(tmp_path)[LATE]])
+    with pytest.raises(ValueError, match="commits per subtask"):
+        DeltaSinkFunction(specs(tmp_path)[SILVER])  # so sink_to_delta refuses it when the graph is built
     committer = GlobalCommitterFunction([specs(tmp_path)[SILVER]])
     with pytest.raises(ValueError, match="must run at 1"):
         list(committer.process_element(marker(OPEN, -1, 0, 2), None))
