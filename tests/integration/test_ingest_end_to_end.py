@@ -487,7 +487,7 @@ def test_ingest_killed_and_resumed_gives_the_same_tables(kafka: str, lakehouse: 
 def test_silver_exact_with_cold_state_across_runs(kafka: str, lakehouse: Path, tmp_path: Path) -> None:
     """Silver is exact across separate jobs: the table, not the job's memory, holds the order state.
 
-    Two separate bounded runs (the second a fresh job: empty de-dup cache, new run id) over the two
+    Two separate bounded runs (the second a fresh job: empty de-dup state, new run id) over the two
     halves of the stream. The second half carries older events for orders whose newer values the first
     run already committed, so only the Delta MERGE's event-time guard, against the stored rows, keeps
     silver right.
