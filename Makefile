@@ -6,12 +6,12 @@ VPY    := $(VENV)/bin/python
 STAMPS := .lakestream/stamps
 JAVA_SOURCES := $(shell find jvm/src -name '*.java' 2>/dev/null)
 
-.PHONY: demo test unit lint typecheck bootstrap venv jvm tools bench profile clean
+.PHONY: demo test unit lint typecheck bootstrap venv jvm jvm-test tools bench profile clean
 
 demo: bootstrap
 	$(VPY) -m flink_jobs demo
 
-test: bootstrap lint typecheck
+test: bootstrap lint typecheck jvm-test
 	$(VPY) -m pytest -q tests
 
 unit: bootstrap
@@ -43,14 +43,18 @@ $(STAMPS)/venv: pyproject.toml requirements-lock.txt
 jvm: jvm/target/lakestream-jvm.jar
 
 jvm/target/lakestream-jvm.jar: jvm/pom.xml $(JAVA_SOURCES)
-	mvn -q -B -f jvm/pom.xml package
+	mvn -q -B -f jvm/pom.xml package -DskipTests
 	@touch $@
+
+# The Java operator tests (JUnit 5 + Flink's operator harnesses), also when the jar is up to date.
+jvm-test: tools
+	mvn -q -B -f jvm/pom.xml test
 
 # Benchmark-only deps (the `bench` extra: pyspark, delta-spark, confluent-kafka, psutil, py-spy) and the
 # Spark connector jars (Maven profile spark-bench -> jvm/target/lib/spark); BENCH_ARGS e.g. --events 100000.
 bench: bootstrap
 	$(VPY) -m pip install -q -c requirements-lock.txt -e '.[bench]'
-	mvn -q -B -f jvm/pom.xml -Pspark-bench package
+	mvn -q -B -f jvm/pom.xml -Pspark-bench package -DskipTests
 	$(VPY) -m benchmarks $(BENCH_ARGS)
 
 # Where the bounded ingest spends its time: py-spy on every Python worker, CPU per process kind

@@ -3,9 +3,13 @@
 Measures (each a few times; spread reported):
   baselines   raw Kafka consume (kafka-python, confluent-kafka), raw delta-rs Arrow append of the same rows,
               the seeds' Spark Structured Streaming pipeline (foreachBatch MERGE, txnAppId/txnVersion)
-  ingest      lakestream bounded ingest, process vs thread mode, rows verified exactly once
+  ingest      lakestream bounded ingest, process vs thread mode, rows verified exactly once; at each
+              ``--parallelisms`` value (same data), every job vertex's busy ratio from Flink's REST API,
+              its ceiling rate and a projection to ``--project-parallelism`` (``benchmarks.busy``)
   latency     unbounded, fixed input rate: producer send -> visible in silver, p50/p95/p99
-  memory      peak RSS per process kind (JVM / Python), RSS over time in the unbounded run
+  memory      peak RSS per process kind (client, JVM, Python workers by operator); the unbounded
+              memory run (``--memory-minutes``, at the configured dedup_ttl unless ``--memory-ttl``):
+              RSS per kind over time, de-dup entries and bytes per entry (RocksDB metrics, local dir)
 Writes ``results.json`` and ``results.md`` to ``--out`` and refreshes the README bench section.
 """
 
@@ -32,6 +36,7 @@ from benchmarks.workload import (
     Workload,
     distinct_count,
     first_ingest_epoch_s,
+    ingest_time_quantiles,
     last_commit_epoch_s,
     prepare,
     table_rows,
@@ -89,9 +94,22 @@ def run_ingest(
     verify: bool = True,
     timeout: float = 1800,
     tree: Path = ROOT,
+    sample_busy: bool = False,
 ) -> dict[str, Any]:
-    """One bounded lakestream run in its own process (its own JVM), RSS sampled, tables verified."""
+    """One bounded lakestream run in its own process (its own JVM), RSS sampled, tables verified.
+
+    ``sample_busy``: the MiniCluster's REST endpoint on a known port, every vertex's busy, back-pressured
+    and idle time polled once a second (``benchmarks.busy``).
+    """
+    from benchmarks import busy
+    from benchmarks.flink_rest import RestSampler, free_port, rest_settings
+
     run_dir = _fresh_dir(work, f"ingest-{label}")
+    rest: RestSampler | None = None
+    if sample_busy:
+        port = free_port()
+        sets = [*sets, *rest_settings(port)]
+        rest = RestSampler(port, select=busy.selects, interval=1.0)
     cmd = ingest_run_cmd(
         bootstrap,
         run_dir,
@@ -101,7 +119,13 @@ def run_ingest(
         batch_rows=batch_rows,
     )
     env = _child_env(LAKESTREAM__FLINK__PYTHON_EXECUTION_MODE=mode, **env_over)
+    if rest is not None:
+        rest.start()
     out = {"label": label, "mode": mode, **_measured_run(cmd, run_dir, env=env, cwd=tree, timeout=timeout)}
+    samples = rest.stop() if rest is not None else []
+    if rest is not None:
+        # Summarised below once the tables tell the run's steady part; kept raw for re-analysis.
+        out["busy"] = {"rest": rest.summary(), "samples": samples, "vertex_meta": rest.vertices}
     if out["rc"] != 0 or "execute_s" not in out:
         out.setdefault("error", (run_dir / "log.txt").read_text(errors="replace")[-3000:])
         return out
@@ -142,6 +166,13 @@ def run_ingest(
             out["teardown_s"] = round(out["execute_end_epoch_s"] - last, 2)
             out["sustained_events_per_s"] = round(wl.events / out["sustained_s"])
             out["to_execute_end_events_per_s"] = round(wl.events / (out["execute_end_epoch_s"] - first))
+            if rest is not None:
+                q = ingest_time_quantiles(lh, (0.1, 0.9))
+                steady = None if q is None or q[1] <= q[0] else (q[0], q[1], 0.8 * wl.events / (q[1] - q[0]))
+                summary = busy.summarize(
+                    samples, rest.vertices, steady=steady, sustained=(first, last, wl.events / (last - first))
+                )
+                out["busy"] = {**summary, **out["busy"]}
     return out
 
 
@@ -288,6 +319,18 @@ def run_latency(
     return out
 
 
+def _busy_line(b: dict[str, Any]) -> str:
+    """One line per run: window rate and each vertex's mean / max busy ratio."""
+    if "error" in b or "vertices" not in b:
+        return str(b.get("error", "no summary (the run failed)"))
+    vs = "; ".join(
+        f"{v['name'][:48]} (p={v['parallelism']}) {v.get('busy_mean')}/{v.get('busy_max')}"
+        for v in b.get("vertices", [])
+    )
+    rate, polls = b.get("window_events_per_s"), b.get("window_polls")
+    return f"window {rate} events/s over {polls} polls; busy mean/max: {vs}"
+
+
 def spread(xs: list[float]) -> dict[str, float]:
     if not xs:
         return {}
@@ -324,6 +367,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--memory-rate", type=int, default=2000, help="events/s of the memory-flat run")
     p.add_argument(
+        "--memory-ttl",
+        help="state TTL of the memory-flat run (every event_time.*_ttl, e.g. 2m); default: the configured "
+        "dedup_ttl (30m), so the run needs --memory-minutes above it to see expiry",
+    )
+    p.add_argument(
+        "--parallelisms",
+        default="1,2",
+        help="bounded ingest at each flink.parallelism (same data; the configured one is the main ingest "
+        "measurement), every vertex's busy ratio from Flink's REST API ('' = no busy sampling)",
+    )
+    p.add_argument(
+        "--project-parallelism",
+        type=int,
+        default=8,
+        help="parallelism (one core per subtask) the measured per-vertex ceilings are projected to",
+    )
+    p.add_argument(
         "--steady-events",
         type=int,
         default=2_500_000,
@@ -349,6 +409,8 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True)
     cfg = load_config(None, environ={})
     modes = [m for m in a.modes.split(",") if m]
+    parallelisms = sorted({int(x) for x in a.parallelisms.split(",") if x.strip()})
+    base_p = cfg.flink.parallelism
     # A source tree with candidate pipeline fixes (see README bench section) for the thread-mode runs.
     trees = {m: ROOT for m in modes}
     if a.thread_tree:
@@ -369,7 +431,9 @@ def main(argv: list[str] | None = None) -> int:
             "extra_flink": a.set,
             "batch_rows": a.batch_rows,
             "latency": {"rate": a.latency_rate, "seconds": a.latency_seconds, "skipped": a.skip_latency},
-            "memory": {"minutes": a.memory_minutes, "rate": a.memory_rate},
+            "memory": {"minutes": a.memory_minutes, "rate": a.memory_rate, "ttl": a.memory_ttl},
+            "parallelisms": parallelisms,
+            "project_parallelism": a.project_parallelism,
             "steady_events": a.steady_events,
             "flink": {k: str(v) for k, v in dataclasses.asdict(cfg.flink).items()},
         },
@@ -380,6 +444,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kafka at {bootstrap}; producing ~{a.events} events ...", flush=True)
         wl, _events = prepare(bootstrap, cfg, a.events)
         results["workload"] = dataclasses.asdict(wl)
+        from flink_jobs.kafka_input import snapshot_end_offsets
+
+        # Events per Kafka partition (fresh topics: end offset = count), for the parallelism projection.
+        ends = snapshot_end_offsets(bootstrap, sorted(wl.per_topic))
+        results["partitions"] = {f"{t}:{part}": n for (t, part), n in sorted(ends.items())}
         topics = sorted(wl.per_topic)
         print(f"  {wl.events} events in {wl.produce_s}s (generated in {wl.generate_s}s)", flush=True)
 
@@ -396,31 +465,39 @@ def main(argv: list[str] | None = None) -> int:
             )
 
         ingest: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
+        # Runs at the other parallelisms (first mode only), interleaved with the main ones.
+        ingest_p: dict[str, list[dict[str, Any]]] = {str(x): [] for x in parallelisms if x != base_p}
         for rep in range(a.repeat):
             for mode in modes:
-                r = run_ingest(
-                    work,
-                    bootstrap,
-                    wl,
-                    label=f"{mode}-{rep}",
-                    mode=mode,
-                    env_over={},
-                    sets=a.set,
-                    batch_rows=a.batch_rows,
-                    tree=trees[mode],
-                )
-                ingest[mode].append(r)
-                print(
-                    f"  lakestream {mode} #{rep}: {r.get('events_per_s')} events/s, "
-                    f"sustained {r.get('sustained_events_per_s')} events/s "
-                    f"({r.get('to_execute_end_events_per_s')} to the end of execute(), teardown "
-                    f"{r.get('teardown_s')}s), execute {r.get('execute_s')}s "
-                    f"(start-up {r.get('startup_s')}s), "
-                    f"jvm {r.get('jvm_start_s')}s, exactly once {r.get('exactly_once_ok')}, "
-                    f"peak {r['memory']['peak_mib']}" + (f"\n{r['error']}" if "error" in r else ""),
-                    flush=True,
-                )
+                extra_p = [x for x in parallelisms if x != base_p] if mode == modes[0] else []
+                for par in sorted({base_p, *extra_p}):
+                    r = run_ingest(
+                        work,
+                        bootstrap,
+                        wl,
+                        label=f"{mode}-{rep}" if par == base_p else f"{mode}-p{par}-{rep}",
+                        mode=mode,
+                        env_over={} if par == base_p else {"LAKESTREAM__FLINK__PARALLELISM": str(par)},
+                        sets=a.set,
+                        batch_rows=a.batch_rows,
+                        tree=trees[mode],
+                        sample_busy=mode == modes[0] and par in parallelisms,
+                    )
+                    (ingest[mode] if par == base_p else ingest_p[str(par)]).append(r)
+                    print(
+                        f"  lakestream {mode} p={par} #{rep}: {r.get('events_per_s')} events/s, "
+                        f"sustained {r.get('sustained_events_per_s')} events/s "
+                        f"({r.get('to_execute_end_events_per_s')} to the end of execute(), teardown "
+                        f"{r.get('teardown_s')}s), execute {r.get('execute_s')}s "
+                        f"(start-up {r.get('startup_s')}s), "
+                        f"jvm {r.get('jvm_start_s')}s, exactly once {r.get('exactly_once_ok')}, "
+                        f"peak {r['memory']['peak_mib']}"
+                        + (f"\n    busy: {_busy_line(r['busy'])}" if "busy" in r else "")
+                        + (f"\n{r['error']}" if "error" in r else ""),
+                        flush=True,
+                    )
         results["ingest"] = ingest
+        results["ingest_p"] = ingest_p
         if a.steady_events > 0:
             results["steady"] = run_steady(
                 work,
@@ -502,15 +579,19 @@ def main(argv: list[str] | None = None) -> int:
                 mode=modes[0],
                 minutes=a.memory_minutes,
                 rate=a.memory_rate,
+                ttl=a.memory_ttl,
                 checkpoint_interval=str(cfg.flink.checkpoint_interval.total_seconds()) + "s",
                 sets=a.set,
                 tree=trees[modes[0]],
             )
             m = results["memory"]
+            d = m.get("dedup")
             print(
-                f"  memory: {m.get('verdict')}, peak {m.get('peak_mib')} MiB, at {m.get('rss_mib_at')}, "
-                f"second half {m.get('second_half_slope_mib_per_min')} MiB/min, "
-                f"{m.get('distinct_order_keys')} order keys" + (f"\n{m['error']}" if "error" in m else ""),
+                f"  memory: {m.get('verdict')} ({m.get('fit')}), peak {m.get('peak_mib')} MiB "
+                f"(under 3 GB: {m.get('under_limit')}), at {m.get('rss_mib_at')}, "
+                f"slope {m.get('slope_mib_per_min')} MiB/min, {m.get('distinct_order_keys')} order keys, "
+                f"de-dup entries {'n/a' if not d else d['entries']}"
+                + (f"\n{m['error']}" if "error" in m else ""),
                 flush=True,
             )
     if not a.skip_latency:

@@ -28,8 +28,10 @@ def _patch(settings_extra: dict[str, str], *, pythonpath_fix: bool, batch_rows: 
 
     original = fr.flink_settings
 
-    def flink_settings(cfg: Any, *, checkpoint_dir: str | None = None) -> dict[str, str]:
-        s = original(cfg, checkpoint_dir=checkpoint_dir)
+    def flink_settings(
+        cfg: Any, *, checkpoint_dir: str | None = None, state_backend: str = "hashmap"
+    ) -> dict[str, str]:
+        s = original(cfg, checkpoint_dir=checkpoint_dir, state_backend=state_backend)
         if pythonpath_fix:
             s["python.pythonpath"] = os.pathsep.join(site.getsitepackages())
         s.update(settings_extra)

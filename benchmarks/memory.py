@@ -2,35 +2,47 @@
 
 The question production asks: with order ids that never repeat (the key count only grows) and state
 TTLs doing their job, does the pipeline's RSS (client + JVM + Beam Python workers) level off, or does
-it keep climbing? Short TTLs (every ``event_time.*_ttl`` key, today ``dedup_ttl``, through the config's
-environment overrides) make expiry happen inside a run of minutes instead of hours.
+it keep climbing? By default the run keeps the configured state TTLs (``event_time.dedup_ttl``, 30 min),
+so it has to last longer than one TTL; ``ttl`` (``--memory-ttl 2m``) sets every ``event_time.*_ttl`` key
+short through the config's environment overrides, so expiry happens inside a run of minutes.
 
 Input: the seeded messy generator (all four sources, duplicates, late and malformed events) in chunks of
 ``chunk_orders`` orders, each chunk with its own seed, its order ids shifted past the previous chunk's and
 its event times continuing where the previous chunk's started orders ended, so event time moves forward
 and every chunk brings new keys. A background thread generates the next chunk while this one is sent.
 
-Verdict rule (explicit in the result): fit a least-squares line to total RSS over the second half of the
-steady-input window; ``flat`` when its slope is below ``threshold_pct_per_min`` percent of the
-second half's mean RSS per minute, else ``growing``. The first half is left out on purpose: it holds
-the JVM heap's warm-up and the state filling up to its TTL.
+Measured: RSS per process kind (``benchmarks.procs``: client, Flink JVM, standardise / resolve / other
+Python workers) every few seconds; from Flink's REST API the de-dup operator's RocksDB native metrics
+(entries, live data, SST files, memtables, block cache) and the latest checkpoint's size; the
+RocksDB local directory (``state.backend.rocksdb.localdir``, a folder of the run) on disk. Without
+RocksDB state for the de-dup operator (the job keeps it elsewhere) those are reported as n/a.
+
+Verdict rules (explicit in the result): fit a least-squares line to total RSS after the first
+``dedup_ttl`` of steady input when the run is longer than that, else over the second half of the
+window; ``flat`` when its slope is below ``threshold_pct_per_min`` percent of that part's mean RSS per
+minute, else ``growing``. The part before is left out on purpose: it holds the JVM heap's warm-up and
+the state filling up to its TTL. Separately: peak total RSS under 3 GB (3 * 10**9 bytes).
 """
 
 from __future__ import annotations
 
+import os
 import queue
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from benchmarks.latency import Message
 from devtools.sample_events import SampleSettings, SourceEvent
 
 MIB = 1024 * 1024
+#: "Total under 3 GB": 3 * 10**9 bytes of RSS, in MiB.
+LIMIT_MIB = 3e9 / MIB
+T = TypeVar("T")
 #: ``sample_events.generate`` starts order ``i`` at ``start + i * 3 s`` and names it ``100000 + i``.
 ORDER_SPACING = timedelta(seconds=3)
 FIRST_ORDER_ID = 100_000
@@ -146,38 +158,203 @@ def at_fraction(samples: list[tuple[float, float]], frac: float, duration: float
 
 
 def analyse(
-    samples: list[tuple[float, float]], duration_s: float, *, threshold_pct_per_min: float = 2.0
+    samples: list[tuple[float, float]],
+    duration_s: float,
+    *,
+    ttl_s: float | None = None,
+    threshold_pct_per_min: float = 2.0,
+    limit_mib: float = LIMIT_MIB,
 ) -> dict[str, Any]:
-    """Peak, RSS at 25/50/75/100 % of the window, second-half slope and the flat/growing verdict.
+    """Peak, RSS at 25/50/75/100 % of the window, the fitted slope, the flat/growing verdict, the limit.
 
-    ``samples`` are (seconds since steady input started, total RSS MiB).
+    ``samples`` are (seconds since steady input started, total RSS MiB). The slope is fitted after the
+    first ``ttl_s`` when the run is longer than that (the state has filled up to its TTL and expires as
+    fast as it grows from there on), else over the second half of the run.
     """
-    rule = (
-        f"flat if the least-squares slope of total RSS over the second half of the run is below "
-        f"{threshold_pct_per_min}% of that half's mean RSS per minute"
+    after_ttl = ttl_s is not None and 0 < ttl_s < duration_s
+    fit_from = float(ttl_s) if after_ttl and ttl_s is not None else duration_s / 2
+    part = (
+        f"after the first dedup_ttl ({_minutes(fit_from)})"
+        if after_ttl
+        else "over the second half of the run"
     )
+    rule = (
+        f"flat if the least-squares slope of total RSS {part} is below {threshold_pct_per_min}% of that "
+        f"part's mean RSS per minute"
+    )
+    peak = max((v for _, v in samples), default=None)
     out: dict[str, Any] = {
-        "peak_mib": round(max((v for _, v in samples), default=0.0), 1),
+        "peak_mib": None if peak is None else round(peak, 1),
         "rss_mib_at": {
             f"{int(q * 100)}%": (None if (v := at_fraction(samples, q, duration_s)) is None else round(v, 1))
             for q in (0.25, 0.5, 0.75, 1.0)
         },
         "rule": rule,
+        "fit": "after first TTL" if after_ttl else "second half",
+        "fit_from_s": round(fit_from, 1),
         "threshold_pct_per_min": threshold_pct_per_min,
+        "limit_mib": round(limit_mib, 1),
+        "under_limit": None if peak is None else peak < limit_mib,
     }
-    half = [(t / 60.0, v) for t, v in samples if t >= duration_s / 2]
-    if len(half) < 3:
-        out.update(second_half_slope_mib_per_min=None, second_half_growth_pct_per_min=None)
-        out["verdict"] = "unknown (fewer than 3 samples in the second half)"
+    part_samples = [(t / 60.0, v) for t, v in samples if t >= fit_from]
+    if len(part_samples) < 3:
+        out.update(slope_mib_per_min=None, growth_pct_per_min=None)
+        out["verdict"] = f"unknown (fewer than 3 samples {part})"
         return out
-    mean = sum(v for _, v in half) / len(half)
-    per_min = slope(half)
+    mean = sum(v for _, v in part_samples) / len(part_samples)
+    per_min = slope(part_samples)
     pct = 100.0 * per_min / mean if mean else 0.0
-    out["second_half_mean_mib"] = round(mean, 1)
-    out["second_half_slope_mib_per_min"] = round(per_min, 2)
-    out["second_half_growth_pct_per_min"] = round(pct, 3)
+    out["fit_mean_mib"] = round(mean, 1)
+    out["slope_mib_per_min"] = round(per_min, 2)
+    out["growth_pct_per_min"] = round(pct, 3)
     out["verdict"] = "flat" if pct < threshold_pct_per_min else "growing"
     return out
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:g} min"
+
+
+def nearest(
+    samples: Sequence[tuple[float, T]], t: float, *, within: float | None = None
+) -> tuple[float, T] | None:
+    """The sample closest to ``t`` (None if there is none, or none ``within`` seconds of it)."""
+    if not samples:
+        return None
+    best = min(samples, key=lambda s: abs(s[0] - t))
+    if within is not None and abs(best[0] - t) > within:
+        return None
+    return best
+
+
+# --- RocksDB state of the de-dup operator (REST metrics, pure) ------------------------------------------
+
+#: ``<subtask>.<operator>.<column family>.rocksdb_<property>`` (the family left out when it is a variable;
+#: ``rocksdb.<property>`` as some reporters spell it).
+_ROCKSDB = re.compile(r"^(\d+)\.([^.]+)\.(?:(.+)\.)?rocksdb[._]([a-z0-9-]+)$")
+#: Column families of Flink's timers (RocksDB timer service): not de-dup entries.
+TIMER_FAMILY_PREFIX = "_timer_state"
+
+
+def is_dedup_operator(operator: str) -> bool:
+    """The de-dup operator (``ingest-dedup``, named "de-dup by event id ..."), as metric ids spell it."""
+    return "dedup" in operator.lower().replace("-", "").replace("_", "")
+
+
+def rocksdb_state(vertices: Mapping[str, Mapping[str, float | None]]) -> dict[str, dict[str, float]]:
+    """Per operator with RocksDB keyed state: entries and sizes in bytes, summed over its subtasks.
+
+    ``entries`` is ``estimate-num-keys`` over the operator's state column families (timer families
+    left out): one RocksDB key per ``MapState`` entry, i.e. per remembered event id; expired entries
+    count until compaction drops them. ``block_cache`` is taken once per subtask (the cache is shared
+    by its column families). ``memory`` = the block cache (Flink's managed memory charges the memtables
+    to it) or the memtables if larger, plus the table readers' index and filter memory.
+    """
+    sums: dict[str, dict[str, float]] = {}
+    cache: dict[tuple[str, str], float] = {}
+    for metrics in vertices.values():
+        for mid, value in metrics.items():
+            m = _ROCKSDB.match(mid)
+            if m is None or value is None:
+                continue
+            subtask, op, family, prop = m.groups()
+            if prop == "block-cache-usage":
+                cache[(op, subtask)] = max(cache.get((op, subtask), 0.0), value)
+                continue
+            acc = sums.setdefault(op, {})
+            if prop == "estimate-num-keys" and (family or "").startswith(TIMER_FAMILY_PREFIX):
+                acc["timer_keys"] = acc.get("timer_keys", 0.0) + value
+                continue
+            acc[prop] = acc.get(prop, 0.0) + value
+    out: dict[str, dict[str, float]] = {}
+    for op, acc in sums.items():
+        block_cache = sum(v for (o, _), v in cache.items() if o == op)
+        memtables = acc.get("size-all-mem-tables", 0.0)
+        readers = acc.get("estimate-table-readers-mem", 0.0)
+        out[op] = {
+            "entries": acc.get("estimate-num-keys", 0.0),
+            "timer_keys": acc.get("timer_keys", 0.0),
+            "live_data": acc.get("estimate-live-data-size", 0.0),
+            "sst_files": acc.get("total-sst-files-size", 0.0),
+            "live_sst_files": acc.get("live-sst-files-size", 0.0),
+            "memtables": memtables,
+            "table_readers": readers,
+            "block_cache": block_cache,
+            "memory": max(block_cache, memtables) + readers,
+        }
+    return out
+
+
+def dedup_state(
+    vertices: Mapping[str, Mapping[str, float | None]], *, local_dir_bytes: float | None = None
+) -> dict[str, Any] | None:
+    """The de-dup operator's entries, sizes and bytes per entry; None when it has no RocksDB metrics."""
+    ops = {op: v for op, v in rocksdb_state(vertices).items() if is_dedup_operator(op)}
+    if not ops:
+        return None
+    total = {k: sum(v[k] for v in ops.values()) for k in next(iter(ops.values()))}
+    entries = total["entries"]
+
+    def per_entry(x: float | None) -> float | None:
+        return None if x is None or entries <= 0 else round(x / entries, 1)
+
+    return {
+        "operators": sorted(ops),
+        "entries": int(entries),
+        "bytes": {k: int(v) for k, v in total.items() if k not in ("entries", "timer_keys")},
+        "local_dir_bytes": None if local_dir_bytes is None else int(local_dir_bytes),
+        "bytes_per_entry": {
+            "memory": per_entry(total["memory"]),
+            "live_data": per_entry(total["live_data"]),
+            "sst_files": per_entry(total["sst_files"]),
+            "local_dir": per_entry(local_dir_bytes),
+        },
+    }
+
+
+def dir_bytes(root: Path) -> int | None:
+    """Disk usage of the files under ``root`` (allocated blocks, as ``du``); None when it does not exist."""
+    if not root.exists():
+        return None
+    total = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+            except OSError:
+                continue  # RocksDB deletes files while we walk
+    return total
+
+
+def timeline(
+    series: Sequence[tuple[float, Mapping[str, int]]],
+    window_s: float,
+    *,
+    dedup: Sequence[tuple[float, dict[str, Any] | None]] = (),
+    local_dir: Sequence[tuple[float, int | None]] = (),
+    steps: int = 10,
+    within_s: float = 60.0,
+) -> list[dict[str, Any]]:
+    """Rows at 0, 1/steps, ..., 100 % of the window: RSS MiB per kind and total, de-dup state, local dir."""
+    rows = []
+    for i in range(steps + 1):
+        target = window_s * i / steps
+        rss = nearest(series, target)
+        if rss is None:
+            continue
+        t, kinds = rss
+        row: dict[str, Any] = {
+            "pct": round(100 * i / steps),
+            "t_s": t,
+            "rss_mib": {k: round(b / MIB, 1) for k, b in sorted(kinds.items())},
+            "total_mib": round(sum(kinds.values()) / MIB, 1),
+        }
+        d = nearest(dedup, target, within=within_s)
+        row["dedup"] = d[1] if d else None
+        ld = nearest(local_dir, target, within=within_s)
+        row["local_dir_bytes"] = ld[1] if ld else None
+        rows.append(row)
+    return rows
 
 
 # --- the run ---------------------------------------------------------------------------------------------
@@ -210,40 +387,57 @@ def run_memory(
     mode: str,
     minutes: float = 10,
     rate: int = 2000,
-    ttl: str = "2m",
+    ttl: str | None = None,
     checkpoint_interval: str,
     sets: list[str],
     tree: Path,
     chunk_orders: int = 20_000,
     sample_every_s: float = 5.0,
+    rest_every_s: float = 15.0,
     threshold_pct_per_min: float = 2.0,
     drain_s: float = 60.0,
 ) -> dict[str, Any]:
-    """Unbounded ingest at ``rate`` events/s for ``minutes``; RSS of its process tree every few seconds."""
+    """Unbounded ingest at ``rate`` events/s for ``minutes``; RSS per kind, de-dup state, RocksDB on disk.
+
+    ``ttl``: every state TTL of the job (``--memory-ttl``); None keeps the configured ones.
+    """
     from benchmarks import latency
-    from benchmarks.procs import RssSampler
+    from benchmarks.flink_rest import RestSampler, free_port, rest_settings, rocksdb_settings
+    from benchmarks.procs import RssSampler, expected_workers
     from benchmarks.unbounded import unbounded_ingest
+    from lakestream.config import load_config, parse_duration
 
     seconds = minutes * 60
-    ttls = ttl_overrides(ttl)
+    ttls = ttl_overrides(ttl) if ttl else {}
+    dedup_ttl = (
+        parse_duration(ttl, key="--memory-ttl") if ttl else load_config(None, environ={}).event_time.dedup_ttl
+    )
+    label = f"memory-{mode}-{rate}"
+    localdir = work / label / "rocksdb"
+    port = free_port()
     out: dict[str, Any] = {
         "mode": mode,
         "minutes": minutes,
         "rate_target": rate,
-        "ttl": {k.rsplit("__", 1)[1].lower(): v for k, v in ttls.items()},
+        "ttl": {k.rsplit("__", 1)[1].lower(): v for k, v in ttls.items()}
+        or {"dedup_ttl": f"{_minutes(dedup_ttl.total_seconds())} (configured)"},
+        "dedup_ttl_s": dedup_ttl.total_seconds(),
         "checkpoint_interval": checkpoint_interval,
         "chunk_orders": chunk_orders,
         "sample_every_s": sample_every_s,
+        "rest_every_s": rest_every_s,
+        "rocksdb_localdir": str(localdir),
     }
     env_over = {"LAKESTREAM__FLINK__CHECKPOINT_INTERVAL": checkpoint_interval, **ttls}
+    run_sets = [*sets, *rest_settings(port), *rocksdb_settings(localdir)]
     with unbounded_ingest(
         work,
         bootstrap,
-        label=f"memory-{mode}-{rate}",
+        label=label,
         topic_prefix="mem",
         mode=mode,
         env_over=env_over,
-        sets=sets,
+        sets=run_sets,
         tree=tree,
     ) as run:
         if not run.wait_first_checkpoint():
@@ -258,21 +452,40 @@ def run_memory(
         def produce() -> None:
             sent_n.append(latency.paced_send(bootstrap, iter(source), rate=rate, seconds=seconds, stop=stop))
 
-        sampler = RssSampler(run.proc.pid, interval=sample_every_s).start()
         t0 = time.monotonic()
+        rest = RestSampler(
+            port, select=lambda m: ".rocksdb" in m, interval=rest_every_s, checkpoints=True, t0=t0
+        ).start()
+        sampler = RssSampler(
+            run.proc.pid,
+            interval=sample_every_s,
+            classify_workers=True,
+            expected=lambda: expected_workers(rest.vertices),
+            t0=t0,
+        ).start()
+        local_dir: list[tuple[float, int | None]] = []
         prod = threading.Thread(target=produce, name="memory-producer", daemon=True)
         prod.start()
-        next_report = 60.0
+        next_report, next_du = 60.0, 0.0
         while prod.is_alive():
             prod.join(timeout=1.0)
+            now_s = time.monotonic() - t0
+            if now_s >= next_du:
+                local_dir.append((round(now_s, 1), dir_bytes(localdir)))
+                next_du += rest_every_s
             if run.proc.poll() is not None:
                 out["error"] = "pipeline exited during the run:\n" + run.log_tail()
                 break
-            if time.monotonic() - t0 >= next_report and sampler.series:
-                now = sampler.series[-1][1]
+            if now_s >= next_report and sampler.series:
+                kinds = sampler.series[-1][1]
+                last = rest.latest()
+                state = dedup_state(last["vertices"]) if last else None
                 print(
                     f"    memory {next_report / 60:.0f}/{minutes:g} min: "
-                    f"{sum(now.values()) / MIB:,.0f} MiB, {len(order_ids):,} order keys",
+                    f"{sum(kinds.values()) / MIB:,.0f} MiB ("
+                    + ", ".join(f"{k} {b / MIB:,.0f}" for k, b in sorted(kinds.items()))
+                    + f"), {len(order_ids):,} order keys, de-dup entries "
+                    + ("n/a" if state is None else f"{state['entries']:,}"),
                     flush=True,
                 )
                 next_report += 60.0
@@ -281,6 +494,8 @@ def run_memory(
         source.close()
         window = time.monotonic() - t0
         sampler.stop()
+        local_dir.append((round(window, 1), dir_bytes(localdir)))
+        rest.stop()
         sent = sent_n[0] if sent_n else None
         out["sent"] = sent
         out["achieved_send_rate"] = round(sent / window) if sent else 0
@@ -299,9 +514,26 @@ def run_memory(
     series = sampler.series
     samples = [(t, sum(v.values()) / MIB) for t, v in series]
     out["samples"] = [(t, round(v, 1)) for t, v in samples]
-    out["by_kind_mib_at"] = {}
-    for q in (0.25, 0.5, 0.75, 1.0) if series else ():
-        kinds = min(series, key=lambda smp: abs(smp[0] - q * window))[1]
-        out["by_kind_mib_at"][f"{int(q * 100)}%"] = {k: round(b / MIB, 1) for k, b in kinds.items()}
-    out.update(analyse(samples, window, threshold_pct_per_min=threshold_pct_per_min))
+    out["peak_mib_by_kind"] = sampler.summary()["peak_mib"]
+    out["workers_classified"] = sampler.summary()["workers_classified"]
+    out["rest"] = rest.summary()
+    dedup_series = [
+        (float(smp["t"]), dedup_state(smp["vertices"], local_dir_bytes=_at(local_dir, float(smp["t"]))))
+        for smp in rest.samples
+    ]
+    out["timeline"] = timeline(series, window, dedup=dedup_series, local_dir=local_dir)
+    final = next((d for _, d in reversed(dedup_series) if d is not None), None)
+    out["dedup"] = final  # None: no RocksDB metrics of a de-dup operator (reported as n/a)
+    out["checkpoint"] = next(
+        (smp["checkpoint"] for smp in reversed(rest.samples) if smp.get("checkpoint")), None
+    )
+    out["local_dir_bytes"] = local_dir[-1][1] if local_dir else None
+    out.update(
+        analyse(samples, window, ttl_s=dedup_ttl.total_seconds(), threshold_pct_per_min=threshold_pct_per_min)
+    )
     return out
+
+
+def _at(samples: Sequence[tuple[float, int | None]], t: float) -> int | None:
+    hit = nearest(samples, t, within=60.0)
+    return hit[1] if hit else None

@@ -13,6 +13,7 @@ INTRO = """`make bench` installs the `bench` extra (pyspark 3.5.7, delta-spark 3
 py-spy), copies the Spark connector jars (Maven profile `spark-bench`, `jvm/target/lib/spark/`) and runs
 `python -m benchmarks` (`--events N`, `--skip-spark`, `--out DIR`, `--repeat`, `--modes process,thread`,
 `--set flink.key=value`, `--batch-rows`, `--latency-rate`, `--memory-minutes M --memory-rate R`,
+`--memory-ttl 2m` (default: the configured `dedup_ttl`), `--parallelisms 1,2`, `--project-parallelism 8`,
 `--steady-events N`;
 `make bench BENCH_ARGS='--events 100000'`). Everything runs on one local KRaft broker with the same
 seeded messy events; each lakestream and Spark run is its own process (own JVM), RSS sampled over its
@@ -44,6 +45,9 @@ def summarize(results: dict[str, Any], spread: Callable[[list[float]], dict[str,
         s[f"lakestream_{mode}_startup_s"] = spread([r["startup_s"] for r in runs if "startup_s" in r])
         s[f"lakestream_{mode}_exactly_once"] = all(r.get("exactly_once_ok") for r in runs) if runs else None
         s[f"lakestream_{mode}_jvm_start_s"] = spread([r["jvm_start_s"] for r in runs if "jvm_start_s" in r])
+    scaling = _scaling(results, spread)
+    if scaling:
+        s["scaling"] = scaling
     steady_runs = (results.get("steady") or {}).get("runs", [])
     if steady_runs:
         mode = results["settings"]["modes"][0]
@@ -52,6 +56,94 @@ def summarize(results: dict[str, Any], spread: Callable[[list[float]], dict[str,
         )
         s[f"lakestream_{mode}_steady_all_ingested"] = all(r.get("all_ingested") for r in steady_runs)
     return s
+
+
+def _median(xs: list[float]) -> float | None:
+    import statistics
+
+    return statistics.median(xs) if xs else None
+
+
+def _scaling(
+    results: dict[str, Any], spread: Callable[[list[float]], dict[str, float]]
+) -> dict[str, Any] | None:
+    """Per parallelism: rates, each vertex's busy ratios (median over runs) and the projection."""
+    from benchmarks import busy
+
+    st = results["settings"]
+    modes = st.get("modes") or ["process"]
+    base_p = int(st["flink"].get("parallelism", 2))
+    runs_by_p: dict[int, list[dict[str, Any]]] = {}
+    for r in results.get("ingest", {}).get(modes[0], []):
+        if r.get("busy"):
+            runs_by_p.setdefault(base_p, []).append(r)
+    for par, rs in (results.get("ingest_p") or {}).items():
+        runs_by_p.setdefault(int(par), []).extend(rs)
+    measured = [
+        (par, r["busy"]) for par, rs in runs_by_p.items() for r in rs if (r.get("busy") or {}).get("vertices")
+    ]
+    if not runs_by_p:
+        return None
+    partition_events = {
+        (key.rsplit(":", 1)[0], int(key.rsplit(":", 1)[1])): int(n)
+        for key, n in (results.get("partitions") or {}).items()
+    }
+    fixed = busy.fixed_operators(measured)
+    target = int(st.get("project_parallelism") or 8)
+    by_p: dict[str, Any] = {}
+    for par, rs in sorted(runs_by_p.items()):
+        summaries = [r["busy"] for r in rs if (r.get("busy") or {}).get("vertices")]
+        projections = [
+            busy.project(
+                b, job_parallelism=par, target=target, partition_events=partition_events, fixed=fixed
+            )
+            for b in summaries
+        ]
+        names: list[str] = []
+        for b in summaries:
+            names += [v["name"] for v in b["vertices"] if v["name"] not in names]
+        vertices = []
+        for name in names:
+            vs = [v for b in summaries for v in b["vertices"] if v["name"] == name]
+
+            def med(key: str, vs: list[dict[str, Any]] = vs) -> float | None:
+                return _median([float(v[key]) for v in vs if v.get(key) is not None])
+
+            vertices.append(
+                {
+                    "name": name,
+                    "parallelism": vs[0]["parallelism"],
+                    "busy_mean": med("busy_mean"),
+                    "busy_max": med("busy_max"),
+                    "backpressured_mean": med("backpressured_mean"),
+                    "idle_mean": med("idle_mean"),
+                    "ceiling_events_per_s": med("ceiling_events_per_s"),
+                    "fixed": bool(fixed & set(busy.operators(name))),
+                    "n": len(vs),
+                }
+            )
+        bounds = [pr["bound_by"] for pr in projections if pr.get("bound_by")]
+        by_p[str(par)] = {
+            "runs": len(rs),
+            "events_per_s": spread(_rates(rs)),
+            "sustained_events_per_s": spread(_rates(rs, "sustained_events_per_s")),
+            "window_events_per_s": spread(
+                [float(b["window_events_per_s"]) for b in summaries if b.get("window_events_per_s")]
+            ),
+            "exactly_once": all(r.get("exactly_once_ok") for r in rs) if rs else None,
+            "vertices": vertices,
+            "projected_events_per_s": spread(
+                [
+                    float(pr["projected_events_per_s"])
+                    for pr in projections
+                    if pr.get("projected_events_per_s")
+                ]
+            ),
+            "bound_by": max(set(bounds), key=bounds.count) if bounds else None,
+            "projection": projections[0] if projections else None,
+            "errors": [b.get("error") for b in (r.get("busy") or {} for r in rs) if b.get("error")],
+        }
+    return {"target": target, "fixed_operators": sorted(fixed), "by_parallelism": by_p}
 
 
 def _fmt(x: Any) -> str:
@@ -131,6 +223,7 @@ def markdown(results: dict[str, Any]) -> str:
             f"{ratio(sus, spark_sustained)} | {note} |"
         )
     lines += _steady_lines(results, spark_sustained)
+    lines += _scaling_lines(results, spark_sustained)
     sp = results.get("baselines", {}).get("spark", [])
     if sp:
         peak = max((r["memory"]["peak_mib"].get("total", 0) for r in sp), default=0)
@@ -202,6 +295,108 @@ def _steady_lines(results: dict[str, Any], spark_sustained: float | None) -> lis
     ]
 
 
+def _pct(x: Any) -> str:
+    return "–" if x is None else f"{float(x):.0%}"
+
+
+def _num(x: Any) -> str:
+    return "–" if x is None else f"{float(x):,.0f}"
+
+
+def _scaling_lines(results: dict[str, Any], spark_sustained: float | None) -> list[str]:
+    """Throughput at each parallelism, every vertex's busy ratio and ceiling, the projection."""
+    sc = results["summary"].get("scaling")
+    if not sc:
+        return []
+    mode = results["settings"]["modes"][0]
+    target = sc["target"]
+    events = results.get("workload", {}).get("events", 0)
+    lines = [
+        "",
+        f"**Throughput by parallelism** ({mode} mode, bounded ingest of the same {events:,} events at each "
+        f"`flink.parallelism`; busy ratios from Flink's REST API over the run's steady part):",
+        "",
+        "| parallelism | events/s end to end | sustained events/s | sustained vs Spark | events/s in the "
+        f"busy window | busiest vertex: busy max subtask (ceiling events/s) | projected events/s at "
+        f"p={target} (bound by) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    vertex_rows = []
+    for par, x in sc["by_parallelism"].items():
+        sus = x["sustained_events_per_s"]
+        vs_spark = f"{sus['median'] / spark_sustained:.2f}x" if sus and spark_sustained else "–"
+        bounded = [v for v in x["vertices"] if v.get("ceiling_events_per_s")]
+        busiest = max(bounded, key=lambda v: v["busy_max"]) if bounded else None
+        busiest_text = (
+            f"{busiest['name']}: {_pct(busiest['busy_max'])} ({_num(busiest['ceiling_events_per_s'])})"
+            if busiest
+            else "–"
+        )
+        proj = x["projected_events_per_s"]
+        lines.append(
+            f"| {par} | {_fmt(x['events_per_s'])} | {_fmt(sus)} | {vs_spark} | "
+            f"{_fmt(x['window_events_per_s'])} | {busiest_text} | "
+            f"{_fmt(proj)} ({x.get('bound_by') or '–'}) |"
+        )
+        for v in x["vertices"]:
+            fixed = " (fixed parallelism)" if v.get("fixed") else ""
+            vertex_rows.append(
+                f"| {par} | {v['name']}{fixed} | {v['parallelism']} | "
+                f"{_pct(v['busy_mean'])} | {_pct(v['busy_max'])} | {_pct(v['backpressured_mean'])} | "
+                f"{_pct(v['idle_mean'])} | {_num(v['ceiling_events_per_s'])} |"
+            )
+        for err in x.get("errors") or []:
+            vertex_rows.append(f"| {par} | busy sampling failed: {err} | | | | | | |")
+    lines += [
+        "",
+        "| parallelism | vertex (operator chain) | subtasks | busy mean | busy max subtask | "
+        "back-pressured mean | idle mean | ceiling events/s |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        *vertex_rows,
+    ]
+    proj_text = []
+    kafka = None
+    for par, x in sc["by_parallelism"].items():
+        pr = x.get("projection") or {}
+        kafka = kafka or pr.get("kafka")
+        if pr.get("vertices"):
+            hows = "; ".join(f"{v['name']}: {_num(v['projected'])} ({v['how']})" for v in pr["vertices"])
+            proj_text.append(f"from the p={par} run {_fmt(x['projected_events_per_s'])} events/s ({hows})")
+    lines += [
+        "",
+        f"Projection to p={target} (assumption: {target} cores, one per subtask, each subtask as fast as "
+        f"measured here; every vertex that follows `flink.parallelism` runs {target} subtasks: keyed or "
+        f"rebalanced vertices scale linearly, vertices with the Kafka source in their chain by the share of "
+        f"the events their busiest reader gets under Flink's partition-to-reader assignment, vertices with "
+        f"an operator at a fixed parallelism not at all; the lowest projected ceiling is the rate): "
+        + ("; ".join(proj_text) or "–")
+        + ". The p=1 run has about as many processes per core (JVM + one worker per Python operator on 2 "
+        f"cores) as p={target} on {target} cores; the p=2 run has twice as many, so its per-subtask speed "
+        "includes waiting for a core.",
+    ]
+    if kafka:
+        even = 1 / max(1, kafka["partitions"])
+        lines.append(
+            f"\nKafka caps it: the input has {kafka['partitions']} partitions; at {target} source readers "
+            f"{kafka['readers_with_work']} get work and the busiest reads "
+            f"{kafka['busiest_reader_share']:.1%} of the events (even: {even:.1%}); more source subtasks "
+            "than partitions add nothing, so the source stages' ceiling stops at the partition count."
+        )
+    if sc.get("fixed_operators"):
+        lines.append(f"\nOperators at a fixed parallelism in these runs: {', '.join(sc['fixed_operators'])}.")
+    lines.append(
+        "\nBusy ratio of a subtask = its busy ms / (busy + back-pressured + idle ms) between the first and "
+        "the last REST poll (one a second) inside the run's steady part: from when standardise had stamped "
+        "10 % of bronze's rows (`ingest_time`) to when it had stamped 90 % (a run too short for two polls "
+        "in there: its sustained span); Flink's `accumulateBusyTimeMs`, `accumulateBackPressuredTimeMs`, "
+        "`accumulateIdleTimeMs`, or the 60 s `busyTimeMsPerSecond` gauges if those are missing. Events/s in "
+        "the window = 80 % of the input / the window's length. A vertex is one chain of operators in one "
+        "task; a Python operator's task counts as busy while it waits for its worker. Ceiling of a vertex = "
+        "events/s in the window / its busiest subtask's busy ratio (shown for busy ratios of 5 % and more)."
+    )
+    return lines
+
+
 def _source_lag_lines(sl: dict[str, Any] | None, sf: dict[str, Any] | None) -> list[str]:
     """The Delta source lag sentences: the reader alone, then through the Flink changefeed job."""
     lines: list[str] = []
@@ -225,27 +420,98 @@ def _source_lag_lines(sl: dict[str, Any] | None, sf: dict[str, Any] | None) -> l
     return lines
 
 
+def _mib(x: Any) -> str:
+    return "n/a" if x is None else f"{float(x) / (1024 * 1024):,.1f}"
+
+
+def _per_entry(x: Any) -> str:
+    return "n/a" if x is None else f"{float(x):,.0f} B"
+
+
 def _memory_lines(m: dict[str, Any] | None) -> list[str]:
-    """The memory-flat run (``--memory-minutes``): RSS of the whole process tree at steady input."""
+    """The memory-flat run (``--memory-minutes``): RSS per process kind over time, de-dup state, verdicts."""
     if not m:
         return []
+    from benchmarks.procs import KINDS
+
     at = m.get("rss_mib_at", {})
     keys = m.get("distinct_order_keys")
+    # results.json files written before the fit-after-TTL rule name the slope after the second half
+    slope = m.get("slope_mib_per_min", m.get("second_half_slope_mib_per_min", "–"))
+    growth = m.get("growth_pct_per_min", m.get("second_half_growth_pct_per_min", "–"))
+    fit = m.get("fit", "second half")
+    under = m.get("under_limit")
+    limit = m.get("limit_mib")
     lines = [
         "",
         "| memory (unbounded, steady input) | rate | order keys | state TTLs | peak MiB "
-        "| RSS MiB at 25/50/75/100 % | 2nd half MiB/min (%/min) | verdict |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        f"| RSS MiB at 25/50/75/100 % | slope MiB/min (%/min), {fit} | verdict | peak under 3 GB |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         f"| {m['mode']}, {m['minutes']:g} min | {m['rate_target']}/s "
         f"(achieved {m.get('achieved_send_rate', '–')}) | {'–' if keys is None else f'{keys:,}'} | "
         f"{', '.join(f'{k} {v}' for k, v in m['ttl'].items())} | {m.get('peak_mib', '–')} | "
         + " / ".join(str(at.get(q, "–")) for q in ("25%", "50%", "75%", "100%"))
-        + f" | {m.get('second_half_slope_mib_per_min', '–')} ({m.get('second_half_growth_pct_per_min', '–')})"
-        f" | **{m.get('verdict', '–')}** |",
+        + f" | {slope} ({growth}) | **{m.get('verdict', '–')}** | "
+        + ("–" if under is None else f"**{'yes' if under else 'no'}**")
+        + " |",
+    ]
+    rows = m.get("timeline") or []
+    if rows:
+        present = {k for r in rows for k in r["rss_mib"]}
+        kinds = [k for k in KINDS if k in present] + sorted(present - set(KINDS))
+        lines += [
+            "",
+            "| % of run | min | "
+            + " | ".join(f"{k} MiB" for k in kinds)
+            + " | total MiB | de-dup entries | RocksDB memory MiB | live data MiB | SST files MiB "
+            "| local dir MiB |",
+            "| " + " | ".join(["---"] * (len(kinds) + 8)) + " |",
+        ]
+        for r in rows:
+            d = r.get("dedup")
+            b = (d or {}).get("bytes", {})
+            entries = "n/a" if d is None else f"{d['entries']:,}"
+            lines.append(
+                f"| {r['pct']} % | {r['t_s'] / 60:.1f} | "
+                + " | ".join(f"{r['rss_mib'].get(k, 0):,.0f}" for k in kinds)
+                + f" | {r['total_mib']:,.0f} | {entries} | "
+                f"{_mib(b.get('memory'))} | {_mib(b.get('live_data'))} | {_mib(b.get('sst_files'))} | "
+                f"{_mib(r.get('local_dir_bytes'))} |"
+            )
+    d = m.get("dedup")
+    ckpt = m.get("checkpoint") or {}
+    if d:
+        per = d["bytes_per_entry"]
+        full = ckpt.get("state_size")
+        per_ckpt = f"{full / d['entries']:,.0f} B" if full and d["entries"] else "n/a"
+        lines.append(
+            f"\nDe-dup state at the end ({', '.join(d['operators'])}, RocksDB estimates): {d['entries']:,} "
+            f"entries; per entry in memory {_per_entry(per['memory'])} (block cache with the memtables "
+            f"charged to it, plus index/filter readers), live data {_per_entry(per['live_data'])}, on disk "
+            f"{_per_entry(per['sst_files'])} in SST files and {_per_entry(per['local_dir'])} of the RocksDB "
+            f"local directory (`du`); latest checkpoint {_mib(full)} MiB full state "
+            f"({per_ckpt} per entry, all operators), {_mib(ckpt.get('checkpointed_size'))} MiB uploaded."
+        )
+    else:
+        lines.append(
+            "\nDe-dup entries and bytes per entry: n/a (no RocksDB metrics of a de-dup operator: the job "
+            "keeps its de-dup state elsewhere); RocksDB local directory "
+            + (
+                "n/a (not created)"
+                if m.get("local_dir_bytes") is None
+                else f"{_mib(m['local_dir_bytes'])} MiB"
+            )
+            + (f", latest checkpoint {_mib(ckpt.get('state_size'))} MiB full state." if ckpt else ".")
+        )
+    lines += [
         "",
-        f"Memory rule: {m.get('rule', '–')}. RSS = client + JVM + Python workers, sampled every "
-        f"{m.get('sample_every_s')} s; state TTLs set short on purpose; ingested (bronze + quarantine) "
-        f"{m.get('ingested_after_drain', '–')} of {m.get('sent', '–')} sent.",
+        f"Memory rules: {m.get('rule', '–')}; peak total RSS under 3 GB (3 * 10^9 bytes = "
+        f"{'–' if limit is None else f'{limit:,.0f}'} MiB). RSS = client + Flink JVM + Python workers (told "
+        f"apart by their stacks, `py-spy dump`; 'other workers' until one is caught in a bundle) + their "
+        f"wrappers (other), sampled every {m.get('sample_every_s')} s; rows at 10 % steps of the run. De-dup "
+        f"entries = RocksDB `estimate-num-keys` of the de-dup operator's state (expired entries count until "
+        f"compaction drops them), polled every {m.get('rest_every_s', '–')} s over Flink's REST API. "
+        f"Ingested (bronze + quarantine) {m.get('ingested_after_drain', '–')} of {m.get('sent', '–')} sent.",
     ]
     if "error" in m:
         lines.append("Memory run failed: see results.json.")

@@ -15,9 +15,12 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lakestream.silver import RESOLVED_FIELDS as FIELDS  # the same silver columns as lakestream's
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql import Column
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -128,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         if not silver_ready["created"]:
             src.limit(0).write.format("delta").mode("ignore").save(silver)
             silver_ready["created"] = True
-        sets: dict[str, str] = {}
+        sets: dict[str, str | Column] = {}
         for f in FIELDS:
             guard = f"s.{f}__ts IS NOT NULL AND (t.{f}__ts IS NULL OR s.{f}__ts >= t.{f}__ts)"
             sets[f] = f"CASE WHEN {guard} THEN s.{f} ELSE t.{f} END"

@@ -175,3 +175,21 @@ def first_ingest_epoch_s(root: Path, table: str = "bronze/order_events") -> floa
     t = DeltaTable(str(root / table)).to_pyarrow_table(columns=["ingest_time"])
     first = pc.min(t.column("ingest_time")).as_py()
     return None if first is None else float(first.timestamp())
+
+
+def ingest_time_quantiles(
+    root: Path, qs: Sequence[float], table: str = "bronze/order_events"
+) -> list[float] | None:
+    """Wall clock (epoch s) by which the standardise operator had stamped each quantile of the rows.
+
+    ``ingest_time`` is stamped per batch as standardise processes it, so these are the run's progress
+    as the data saw it (the busy-ratio window of ``benchmarks.busy``); None for an empty table.
+    """
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    col = DeltaTable(str(root / table)).to_pyarrow_table(columns=["ingest_time"]).column("ingest_time")
+    if len(col) == 0:
+        return None
+    micros = pc.cast(col, "int64")  # timestamps are microseconds since the epoch, UTC
+    return [float(x.as_py()) / 1e6 for x in pc.quantile(micros, q=list(qs), interpolation="lower")]

@@ -1,24 +1,33 @@
 """Ingest job: the four source topics into bronze, quarantine, review, late and silver Delta tables.
 
-Graph (operator uids in brackets; all stable, keep them across upgrades)::
+Graph (operator uids in brackets; all stable, keep them across upgrades; every stage at parallelism p)::
 
-    Kafka, all source topics [ingest-kafka-source]                                     parallelism p
-      -> per-partition batches + checkpoint markers [ingest-standardise-markers]         p (chained)
-      -> standardise: adapter by topic + quality.classify [ingest-standardise]           p (chained)
+    Kafka, all source topics [ingest-kafka-source]
+      -> per-partition batches + checkpoint markers [ingest-standardise-markers]           (chained)
+      -> standardise: adapter by topic + quality.classify [ingest-standardise]             (chained)
            writes itself   bronze/order_events        every standardised event, duplicates included
            writes itself   review/order_events        SUSPICIOUS (never in silver, never in watermarks)
            writes itself   quarantine/order_events    adapter rejects + INVALID, raw bytes + reason
-           main: one batch of VALID events per input batch
-      -> event-time gate [ingest-event-time-gate]                                         parallelism 1
-      -> checkpoint markers [ingest-resolve-markers]                                      1 (chained)
-      -> resolve orders [ingest-resolve-orders]                                           1 (chained)
+           main: per batch a header (event times) and the VALID events split by owning subtask
+      -> event-time gate, per Kafka partition [ingest-event-time-gate]                     (chained)
+      => keyed by order (bucket = key group)
+      -> de-dup by event id in keyed state + resolve markers [ingest-dedup]
+      -> resolve orders [ingest-resolve-orders]                                            (chained)
            writes itself   late/order_events          late arrivals + their watermark
-           writes itself   silver/orders              MERGE with the per-field guard, one row per order
+           stages          silver/orders              partial rows per order, pre-reduced per checkpoint
+           main: silver's committables, one per prepared checkpoint
+      -> checkpoint markers [ingest-silver-committer-markers]                            parallelism 1
+      -> silver committer [ingest-silver-committer]                                      1 (chained)
+           commits         silver/orders              ONE MERGE per checkpoint with the per-field guard,
+                                                      one txn action per resolve subtask
+      -> discard [ingest-silver-committer-end]                                           1 (chained)
 
 Records cross the JVM/Python boundary in per-partition batches, flushed before every checkpoint
-barrier; each Python operator writes its own tables exactly once under the marker protocol. Why late is
-decided per partition in Java, and why silver needs no Flink state: DESIGN.md section 2; the commit
-protocol: section 3; ``--bounded`` and resuming: section 4.
+barrier; each Python operator writes its own tables exactly once under the marker protocol, except
+silver, which the resolve subtasks stage and one global committer commits, so that it gets one MERGE
+per checkpoint whatever the resolve parallelism. Why late is decided per partition in Java, and why
+silver needs no Flink state: DESIGN.md section 2; the commit protocol and the global committer:
+section 3; ``--bounded`` and resuming: section 4.
 """
 
 from __future__ import annotations
@@ -62,17 +71,16 @@ def build_ingest_job(
     """
     from datetime import datetime, timezone
 
-    from pyflink.common import Types
-
     from flink_jobs.kafka_input import kafka_records
     from lakestream.adapters import AdapterSettings
     from lakestream.flink_runtime import build_env
     from lakestream.quality import QualityRules
     from lakestream.silver import SILVER_MERGE, SILVER_SCHEMA
     from lakestream.standard import BRONZE_SCHEMA, LATE_SCHEMA, QUARANTINE_SCHEMA
-    from udfs.checkpoint_markers import discard, kafka_batches_with_markers, with_checkpoint_markers
+    from udfs.checkpoint_markers import kafka_batches_with_markers
     from udfs.delta_sink import DeltaSinkSpec
-    from udfs.ingest_gate import event_time_gate
+    from udfs.global_commit import COMMITTABLE_TYPE, commit_globally
+    from udfs.ingest_gate import dedup_by_key, event_time_gate
     from udfs.ingest_resolve import LATE, SILVER, ResolveBatches
     from udfs.ingest_standardise import BATCH_TYPE, BRONZE, QUARANTINE, REVIEW, StandardiseFunction
 
@@ -88,7 +96,9 @@ def build_ingest_job(
         min_event_time=datetime(2000, 1, 1, tzinfo=timezone.utc),
     )
 
-    env = build_env(cfg.flink, checkpoint_dir=checkpoint_dir, resume_from=resume_from)
+    env = build_env(
+        cfg.flink, checkpoint_dir=checkpoint_dir, resume_from=resume_from, state_backend="rocksdb"
+    )
     records = kafka_records(
         env,
         bootstrap_servers=bootstrap_servers,
@@ -142,6 +152,8 @@ def build_ingest_job(
                     REVIEW: spec(REVIEW_TABLE, BRONZE_SCHEMA),
                     QUARANTINE: spec(QUARANTINE_TABLE, QUARANTINE_SCHEMA),
                 },
+                parallelism=cfg.flink.parallelism,
+                max_parallelism=cfg.flink.max_parallelism,
             ),
             output_type=BATCH_TYPE,
         )
@@ -155,25 +167,31 @@ def build_ingest_job(
         name="event-time gate",
         uid="ingest-event-time-gate",
     )
-    marked = with_checkpoint_markers(
-        gated, name="resolve markers", uid="ingest-resolve-markers", parallelism=1
+    # Keyed by order from here on: one order's events and every copy of an event meet in one subtask,
+    # whose de-dup state is Flink keyed state; this operator also emits the resolve operator's markers.
+    marked = dedup_by_key(
+        gated,
+        ttl=et.dedup_ttl,
+        batch_size=cfg.flink.batch_size,
+        batch_time=cfg.flink.batch_time,
+        max_parallelism=cfg.flink.max_parallelism,
+        name="de-dup by event id + resolve markers",
+        uid="ingest-dedup",
     )
-    reports = (
+    # Silver is committed globally: the resolve subtasks stage it and emit its committables, one
+    # committer makes each checkpoint ONE MERGE (parallel MERGEs would conflict and serialize).
+    silver = spec(SILVER_TABLE, SILVER_SCHEMA, mode="merge", merge=SILVER_MERGE, commit="global")
+    committables = (
         marked.process(
             ResolveBatches(
-                dedup_ttl=et.dedup_ttl,
-                tables={
-                    LATE: spec(LATE_TABLE, LATE_SCHEMA),
-                    SILVER: spec(SILVER_TABLE, SILVER_SCHEMA, mode="merge", merge=SILVER_MERGE),
-                },
+                tables={LATE: spec(LATE_TABLE, LATE_SCHEMA), SILVER: silver},
             ),
-            output_type=Types.STRING(),
+            output_type=COMMITTABLE_TYPE,
         )
-        .name("resolve orders + late/silver writers")
+        .name("resolve orders + late writer, silver stager")
         .uid("ingest-resolve-orders")
-        .set_parallelism(1)
     )
-    discard(reports, name="resolve reports", uid="ingest-resolve-end", parallelism=1)
+    commit_globally(committables, [silver], name="silver committer", uid="ingest-silver-committer")
     return env
 
 

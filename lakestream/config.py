@@ -128,6 +128,13 @@ class FlinkConfig:
     """How the job graph runs: parallelism, checkpoints, restarts, Python execution mode."""
 
     parallelism: int = 2
+    #: Key groups of keyed state (Flink's max parallelism): the most subtasks a job can ever be rescaled
+    #: to. Fixed for the life of a job's state: a checkpoint does not restore under another value.
+    max_parallelism: int = 128
+    #: Where keyed state lives: ``rocksdb`` (local disk, incremental checkpoints, state larger than
+    #: memory) or ``hashmap`` (JVM heap). ``default``: rocksdb for ingest (its de-dup state grows with
+    #: the event rate times ``event_time.dedup_ttl``), hashmap for land and changefeed (a few offsets).
+    state_backend: Literal["default", "rocksdb", "hashmap"] = "default"
     checkpoint_interval: timedelta = timedelta(seconds=10)
     checkpoint_dir: str = ".lakestream/checkpoints"
     restart_attempts: int = 3
@@ -149,6 +156,12 @@ class FlinkConfig:
         """Reject sizes the JVM operators would refuse only once the job runs."""
         if self.batch_size < 1:
             raise ConfigError(f"flink.batch_size: must be at least 1 record, got {self.batch_size}")
+        if not 1 <= self.parallelism <= self.max_parallelism <= 32768:
+            raise ConfigError(
+                f"flink.parallelism ({self.parallelism}) and flink.max_parallelism ({self.max_parallelism}): "
+                "need 1 <= parallelism <= max_parallelism <= 32768; raise max_parallelism only for a new "
+                "job (existing state keeps its key groups)"
+            )
         if self.batch_time < timedelta(milliseconds=1):
             raise ConfigError(f"flink.batch_time: must be at least 1ms, got {self.batch_time}")
         bad = [o for o in self.jvm_options if not o.startswith("-") or any(c.isspace() for c in o)]

@@ -1,8 +1,8 @@
-"""De-duplication by event id: ids remembered for a TTL of processing time.
+"""De-duplication by event id: ids remembered for a TTL of processing time, the reference of the rule.
 
-The resolve operator asks once per batch (``DedupCache.first_seen``) and keeps re-deliveries out of
-silver (the late table, like bronze, records every arrival); what the cache guarantees across restores
-is in DESIGN.md section 2.
+The streaming job runs this rule in Flink keyed state (``io.lakestream.flink.KeyedDedupEpochOperator``,
+tested against a port of ``first_seen``); ``DedupCache`` is the plain-Python definition for tests and
+batch recomputes. The contract: DESIGN.md section 2.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ class DedupCache:
     close together in arrival time however old the event is; keyed by event time, a late duplicate would
     meet an expired window (or far-future stamps would be kept forever). The first sighting starts the
     clock and hits do not refresh it (Flink state TTL's ``OnCreateAndWrite``). ``max_entries`` bounds
-    memory by evicting the oldest ids first. It lives in the resolve worker's memory, not in Flink
-    state: after a restore it starts empty (DESIGN.md section 2 says what that lets through).
+    memory by evicting the oldest ids first (the keyed-state version needs no bound: its state can
+    live on disk).
     """
 
     __slots__ = ("ttl", "max_entries", "_expiry")

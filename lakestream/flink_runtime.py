@@ -77,9 +77,15 @@ def _ms(td: Any) -> str:
     return f"{int(td.total_seconds() * 1000)} ms"
 
 
-def flink_settings(cfg: FlinkConfig, *, checkpoint_dir: str | None = None) -> dict[str, str]:
-    """Flink configuration keys for a lakestream job (shared by MiniCluster and cluster runs)."""
+def flink_settings(
+    cfg: FlinkConfig, *, checkpoint_dir: str | None = None, state_backend: str = "hashmap"
+) -> dict[str, str]:
+    """Flink configuration keys for a lakestream job (shared by MiniCluster and cluster runs).
+
+    ``state_backend`` is the job's choice when ``flink.state_backend`` is ``default``.
+    """
     ckpt = Path(checkpoint_dir or cfg.checkpoint_dir).resolve()
+    backend = state_backend if cfg.state_backend == "default" else cfg.state_backend
     settings = {
         "python.executable": sys.executable,
         "python.client.executable": sys.executable,
@@ -87,10 +93,14 @@ def flink_settings(cfg: FlinkConfig, *, checkpoint_dir: str | None = None) -> di
         "python.fn-execution.bundle.size": str(cfg.bundle_size),
         "python.fn-execution.bundle.time": str(int(cfg.bundle_time.total_seconds() * 1000)),
         "parallelism.default": str(cfg.parallelism),
+        "pipeline.max-parallelism": str(cfg.max_parallelism),
         "restart-strategy.type": "fixed-delay",
         "restart-strategy.fixed-delay.attempts": str(cfg.restart_attempts),
         "restart-strategy.fixed-delay.delay": _ms(cfg.restart_delay),
-        "state.backend.type": "hashmap",
+        "state.backend.type": backend,
+        # RocksDB: upload only the new SST files at each checkpoint, so a checkpoint costs what changed
+        # since the last one, not the whole state.
+        "execution.checkpointing.incremental": str(backend == "rocksdb").lower(),
         "execution.checkpointing.dir": ckpt.as_uri(),
         "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
         "execution.checkpointing.mode": "EXACTLY_ONCE",
@@ -135,6 +145,7 @@ def build_env(
     checkpoint_dir: str | None = None,
     resume_from: Path | None = None,
     extra: dict[str, str] | None = None,
+    state_backend: str = "hashmap",
 ) -> StreamExecutionEnvironment:
     """A StreamExecutionEnvironment with lakestream's settings and jars.
 
@@ -159,7 +170,7 @@ def build_env(
     os.environ.setdefault("_python_worker_execution_mode", "process")
     launch_gateway(cfg.jvm_options)
     conf = Configuration()
-    settings = flink_settings(cfg, checkpoint_dir=checkpoint_dir)
+    settings = flink_settings(cfg, checkpoint_dir=checkpoint_dir, state_backend=state_backend)
     if resume_from is not None:
         settings["execution.state-recovery.path"] = Path(resume_from).resolve().as_uri()
     for key, value in {**settings, **(extra or {})}.items():

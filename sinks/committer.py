@@ -4,7 +4,9 @@ Each attempt refreshes the snapshot and drops manifests whose app id already has
 checkpoint (delta-rs does not refuse such a commit itself, delta-io/delta-rs#2580), then commits the
 rest with one txn action per app id: appended files as ``add`` actions, or one guarded MERGE. A
 conflict is re-planned from a fresh snapshot with ``RetryPolicy`` backoff. The manifests may come from
-several subtasks and runs; the committer keeps no per-subtask state. Protocol: DESIGN.md section 3.
+several subtasks and runs; the committer keeps no per-subtask state. The counters of the manifests a
+commit takes are added up into its ``lakestream.counters`` metadata, so each is in the table exactly
+once (a commit of counters only has txn actions and metadata). Protocol: DESIGN.md section 3.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import random
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.ipc
@@ -29,6 +32,9 @@ from sinks.table_spec import TableSpec
 from sinks.writer_metrics import CommitResult, WriterMetrics
 
 log = logging.getLogger(__name__)
+
+#: Commit metadata key of the summed manifest counters (``Stager.prepare(n, counters=...)``).
+COUNTERS_KEY = "lakestream.counters"
 
 
 class CommitHooks:
@@ -70,9 +76,14 @@ class DeltaCommitter:
         self._table.update_incremental()
         return self._table
 
-    def commit(self, manifests: Sequence[Manifest], checkpoint_id: int) -> CommitResult:
+    def commit(
+        self, manifests: Sequence[Manifest], checkpoint_id: int, *, txn_version: int | None = None
+    ) -> CommitResult:
         """Commit every manifest the table does not hold yet, under ``checkpoint_id``, then clean up.
 
+        Each app id's txn action records its highest checkpoint in the commit, or ``txn_version`` when
+        given (the end-of-input commit records ``EOI_CHECKPOINT_ID``; it must not be below any of them).
+        The manifests' counters are added up into the commit's ``lakestream.counters`` metadata.
         Raises ``CommitConflictError`` (staged work kept) when the retries are spent, and
         ``StagedFileMissingError`` when a staged file is gone.
         """
@@ -86,14 +97,19 @@ class DeltaCommitter:
             if not pending:
                 break
             self._check_staged_files(pending)
-            versions = app_versions(pending)
+            versions = app_versions(pending, txn_version)
+            metadata: dict[str, Any] = {"lakestream.appVersions": versions}
+            counters = sum_counters(pending)
+            if counters:
+                metadata[COUNTERS_KEY] = counters
             props = CommitProperties(
                 app_transactions=[Transaction(app_id, v) for app_id, v in versions.items()],
-                custom_metadata={"lakestream.appVersions": versions},
+                custom_metadata=metadata,
             )
             self.hooks.before_attempt(retries, dt)
             try:
-                if self.spec.mode == "append":
+                if self.spec.mode == "append" or not any(m.files for m in pending):
+                    # A merge-mode commit of counters only has no source: txn actions and metadata alone.
                     actions: list[AddAction | RemoveAction] = [
                         _add_action(f) for m in pending for f in m.files
                     ]
@@ -155,7 +171,8 @@ class DeltaCommitter:
             retries=retries,
             latency_s=latency,
             table_version=self.snapshot().version(),
-            app_versions=app_versions(committed),
+            app_versions=app_versions(committed, txn_version),
+            counters=sum_counters(committed),
         )
         log.info("%s: %s", self.log_name, result)
         return result
@@ -196,12 +213,26 @@ class DeltaCommitter:
                     )
 
 
-def app_versions(manifests: Sequence[Manifest]) -> dict[str, int]:
-    """The txn version per app id a commit of ``manifests`` records: its highest checkpoint, sorted by id."""
+def app_versions(manifests: Sequence[Manifest], txn_version: int | None = None) -> dict[str, int]:
+    """The txn version per app id a commit of ``manifests`` records, sorted by id: its highest
+    checkpoint, or ``txn_version`` for every app id when given."""
     versions: dict[str, int] = {}
     for m in manifests:
         versions[m.app_id] = max(versions.get(m.app_id, -1), m.checkpoint_id)
+    if txn_version is not None:
+        if any(v > txn_version for v in versions.values()):
+            raise ValueError(f"txn_version {txn_version} is below a checkpoint of the commit: {versions}")
+        versions = dict.fromkeys(versions, txn_version)
     return dict(sorted(versions.items()))
+
+
+def sum_counters(manifests: Sequence[Manifest]) -> dict[str, int]:
+    """The manifests' counters added up per name, sorted by name (empty when none has any)."""
+    total: dict[str, int] = {}
+    for m in manifests:
+        for name, value in m.counters.items():
+            total[name] = total.get(name, 0) + value
+    return dict(sorted(total.items()))
 
 
 def _read_merge_source(path: Path, schema: pa.Schema) -> pa.Table:

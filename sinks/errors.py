@@ -89,3 +89,19 @@ class RestoreBehindTableError(DeltaSinkError):
             "some rows twice or skip others (delta-io/connectors#467). Fix: restore from checkpoint "
             f"{committed_version} or later; a fresh start must use a new run id."
         )
+
+
+class CommittableMissingError(DeltaSinkError):
+    """The global committer got a committable whose manifest is gone while the table does not hold it."""
+
+    def __init__(self, *, manifest_path: str, app_id: str, checkpoint_id: int) -> None:
+        self.manifest_path = manifest_path
+        self.app_id = app_id
+        self.checkpoint_id = checkpoint_id
+        super().__init__(
+            f"committable of {app_id}, checkpoint {checkpoint_id}: its manifest {manifest_path} is gone and "
+            "the table has no commit of it. Only the subtask that staged it or its OPEN recovery removes a "
+            "manifest, so another job is probably running with the same app prefix (each needs its own), "
+            "or someone cleaned the table's _lakestream folder. A committable arrives before its checkpoint "
+            "completes, so the restore after this failure starts before it and stages the work again."
+        )

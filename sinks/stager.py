@@ -10,6 +10,7 @@ Nothing here touches the Delta log.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import replace
 
 import numpy as np
@@ -80,18 +81,29 @@ class Stager:
         self._buffer = []
         self.metrics.buffered_rows = 0
 
-    def prepare(self, checkpoint_id: int) -> Manifest | None:
-        """PRECOMMIT(n): stage the buffer durably for checkpoint n; ``None`` when nothing was buffered."""
+    def prepare(self, checkpoint_id: int, counters: Mapping[str, int] | None = None) -> Manifest | None:
+        """PRECOMMIT(n): stage the buffer durably for checkpoint n, with ``counters`` in its manifest.
+
+        ``None`` when nothing was buffered and no counter is non-zero. Counters without rows still make
+        a manifest (without files), so that their checkpoint's commit records them too.
+        """
+        counts = checked_counters(counters)
         if not self._buffer:
-            return None
+            if not any(counts.values()):
+                return None
+            return self._stage_counters_only(checkpoint_id, counts)
         table = pa.Table.from_batches(self._buffer, schema=self.spec.schema)
         self.discard()
         if self.spec.mode == "append":
-            return self._stage_append(table, checkpoint_id)
-        return self._stage_merge_source(table, checkpoint_id)
+            return self._stage_append(table, checkpoint_id, counts)
+        return self._stage_merge_source(table, checkpoint_id, counts)
 
     def _write_pending(
-        self, checkpoint_id: int, kind: ManifestKind, staging_dirs: tuple[str, ...]
+        self,
+        checkpoint_id: int,
+        kind: ManifestKind,
+        staging_dirs: tuple[str, ...],
+        counters: dict[str, int],
     ) -> Manifest:
         """The ``pending`` manifest, durable before the first staged file, so no file is ever unowned."""
         pending = Manifest(
@@ -104,15 +116,33 @@ class Stager:
             token=new_token(),
             staging_dirs=staging_dirs,
             created_ms=now_ms(),
+            counters=counters,
         )
         self._staging.write(pending)
         return pending
 
-    def _stage_append(self, table: pa.Table, checkpoint_id: int) -> Manifest:
+    def _stage_counters_only(self, checkpoint_id: int, counters: dict[str, int]) -> Manifest:
+        kind: ManifestKind = "data_files" if self.spec.mode == "append" else "merge_source"
+        prepared = Manifest(
+            app_prefix=self._staging.app_prefix,
+            run_id=self.run_id,
+            subtask=self.subtask,
+            checkpoint_id=checkpoint_id,
+            state="prepared",  # no file to own, so no pending step
+            kind=kind,
+            token=new_token(),
+            staging_dirs=(),
+            created_ms=now_ms(),
+            counters=counters,
+        )
+        self._staging.write(prepared)
+        return prepared
+
+    def _stage_append(self, table: pa.Table, checkpoint_id: int, counters: dict[str, int]) -> Manifest:
         partition_by = list(self.spec.partition_by)
         groups = partition_groups(table, partition_by)
         pending = self._write_pending(
-            checkpoint_id, "data_files", tuple(sorted({rel or "." for _, rel, _ in groups}))
+            checkpoint_id, "data_files", tuple(sorted({rel or "." for _, rel, _ in groups})), counters
         )
         token = pending.token
         files: list[StagedFile] = []
@@ -169,9 +199,11 @@ class Stager:
         fsync_dir(folder)
         return out
 
-    def _stage_merge_source(self, table: pa.Table, checkpoint_id: int) -> Manifest:
+    def _stage_merge_source(self, table: pa.Table, checkpoint_id: int, counters: dict[str, int]) -> Manifest:
         folder = self._staging.merge_source_dir(self.run_id, self.subtask)
-        pending = self._write_pending(checkpoint_id, "merge_source", (self._staging.relative(folder),))
+        pending = self._write_pending(
+            checkpoint_id, "merge_source", (self._staging.relative(folder),), counters
+        )
         reduced = self.spec.pre_reduce(table)
         folder.mkdir(parents=True, exist_ok=True)
         # Arrow IPC, not Parquet: the source never enters the table and is read back once at COMMIT;
@@ -194,6 +226,18 @@ class Stager:
         prepared = replace(pending, state="prepared", files=(staged,))
         self._staging.write(prepared)
         return prepared
+
+
+def checked_counters(counters: Mapping[str, int] | None) -> dict[str, int]:
+    """``counters`` as a plain dict of name -> int, refusing anything a commit could not add up."""
+    out: dict[str, int] = {}
+    for name, value in (counters or {}).items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"counter names must be non-empty strings, got {name!r}")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"counter {name!r} must be an int, got {value!r}")
+        out[name] = value
+    return out
 
 
 def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:

@@ -90,6 +90,10 @@ class Manifest:
     staging_dirs: tuple[str, ...]
     files: tuple[StagedFile, ...] = ()
     created_ms: int = 0
+    #: Counts the operator attached to this checkpoint's work (``prepare(n, counters=...)``); the commit
+    #: that takes this manifest adds them into its ``lakestream.counters`` metadata, so each is recorded
+    #: in the table exactly once. Absent in manifests of earlier versions: read as none.
+    counters: dict[str, int] = field(default_factory=dict)
 
     @property
     def app_id(self) -> str:
@@ -124,6 +128,7 @@ class Manifest:
             "token": self.token,
             "staging_dirs": list(self.staging_dirs),
             "created_ms": self.created_ms,
+            "counters": dict(sorted(self.counters.items())),
             "files": [
                 {
                     "path": f.path,
@@ -154,6 +159,7 @@ class Manifest:
             token=doc["token"],
             staging_dirs=tuple(doc["staging_dirs"]),
             created_ms=int(doc["created_ms"]),
+            counters={str(k): int(v) for k, v in doc.get("counters", {}).items()},
             files=tuple(
                 StagedFile(
                     path=f["path"],
@@ -236,6 +242,14 @@ class StagingArea:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
         fsync_dir(path.parent)
+
+    def read(self, relative_path: str) -> Manifest | None:
+        """The manifest at ``relative_path`` (relative to the table root), or None if it is gone."""
+        try:
+            text = (self.table_root / relative_path).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        return Manifest.from_json(text)
 
     def list_all(self) -> list[Manifest]:
         """Every manifest of this app prefix, all runs and subtasks, sorted by (checkpoint, subtask)."""

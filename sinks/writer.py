@@ -5,6 +5,10 @@ data, PRECOMMIT(n), COMMIT(n), END_OF_INPUT. It only sequences the parts, along 
 ``sinks.stager`` (the writer side: buffer, then a manifest per checkpoint), ``sinks.committer`` (those
 committables into one Delta commit), ``sinks.ownership`` (what OPEN does with staged leftovers) and
 ``sinks.table_bootstrap`` (the table itself). The protocol and why it is exact: DESIGN.md section 3.
+
+With ``commit_mode="global"`` the writer stages and recovers exactly as above but never commits what it
+stages in this attempt: ``take_committables`` hands each prepared manifest on as a
+``sinks.committable.Committable`` for the one ``sinks.global_committer.GlobalCommitter``.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from collections.abc import Mapping, Sequence
 import pyarrow as pa
 
 from lakestream.merge_spec import MergeSpec
+from sinks.committable import COMMIT_MODES, CommitMode, Committable
 from sinks.committer import CommitHooks, DeltaCommitter
 from sinks.errors import MarkerOrderError
 from sinks.ownership import EOI_CHECKPOINT_ID, Ownership, plan_open, sweep_leftovers
@@ -44,9 +49,12 @@ class TwoPhaseDeltaWriter:
         storage_options: Mapping[str, str] | None = None,
         retry: RetryPolicy | None = None,
         commit_hooks: CommitHooks | None = None,
+        commit_mode: CommitMode = "subtask",
     ) -> None:
         if not app_prefix:
             raise ValueError("app_prefix is empty: it names the Delta txn app ids, give it a stable value")
+        if commit_mode not in COMMIT_MODES:
+            raise ValueError(f"commit_mode must be one of {', '.join(COMMIT_MODES)}, got {commit_mode!r}")
         self.spec = TableSpec(
             table_uri=table_uri,
             schema=schema,
@@ -57,6 +65,7 @@ class TwoPhaseDeltaWriter:
             storage_options=dict(storage_options) if storage_options else None,
         )
         self.app_prefix = app_prefix
+        self.commit_mode: CommitMode = commit_mode
         self.retry = retry or RetryPolicy()
         self.metrics = WriterMetrics()
         self._hooks = commit_hooks
@@ -64,8 +73,10 @@ class TwoPhaseDeltaWriter:
         self._ownership: Ownership | None = None
         self._stager: Stager | None = None
         self._committer: DeltaCommitter | None = None
-        #: Prepared manifests waiting for COMMIT(n), oldest first.
+        #: Prepared manifests waiting for COMMIT(n), oldest first (subtask commit mode).
         self._staged: list[Manifest] = []
+        #: Prepared manifests not yet handed to the global committer (global commit mode).
+        self._committables: list[Committable] = []
         self._last_prepared: int | None = None
         self._closed = False
         self._ended = False
@@ -138,8 +149,12 @@ class TwoPhaseDeltaWriter:
             raise MarkerOrderError("data arrived after END_OF_INPUT")
         stager.write(batch)
 
-    def prepare(self, checkpoint_id: int) -> Manifest | None:
-        """PRECOMMIT(n): stage the buffer durably for checkpoint n; nothing enters the Delta log."""
+    def prepare(self, checkpoint_id: int, counters: Mapping[str, int] | None = None) -> Manifest | None:
+        """PRECOMMIT(n): stage the buffer durably for checkpoint n; nothing enters the Delta log.
+
+        ``counters`` (name -> count of this checkpoint) go into the manifest and, summed, into the
+        metadata of the Delta commit that takes it, exactly once (``lakestream.counters``).
+        """
         stager, _ = self._require_open("PRECOMMIT")
         if self._ended or self._input_already_committed:
             stager.discard()
@@ -150,14 +165,27 @@ class TwoPhaseDeltaWriter:
                 "increase within a task attempt"
             )
         self._last_prepared = checkpoint_id
-        manifest = stager.prepare(checkpoint_id)
+        manifest = stager.prepare(checkpoint_id, counters)
         if manifest is not None:
-            self._staged.append(manifest)
-            self._update_staged_metrics()
+            if self.commit_mode == "global":
+                self._committables.append(
+                    Committable.of(manifest, table_uri=self.spec.table_uri, staging=self._staging)
+                )
+            else:
+                self._staged.append(manifest)
+                self._update_staged_metrics()
         return manifest
 
+    def take_committables(self) -> list[Committable]:
+        """Global commit mode: the committables prepared since the last call, oldest first."""
+        out, self._committables = self._committables, []
+        return out
+
     def commit(self, checkpoint_id: int) -> CommitResult:
-        """COMMIT(n): checkpoint n completed, so everything staged up to n goes into one Delta commit."""
+        """COMMIT(n): checkpoint n completed, so everything staged up to n goes into one Delta commit.
+
+        In global commit mode a no-op: the global committer commits what this subtask staged.
+        """
         _, committer = self._require_open("COMMIT")
         todo = [m for m in self._staged if m.checkpoint_id <= checkpoint_id]
         if not todo:
@@ -167,14 +195,26 @@ class TwoPhaseDeltaWriter:
         self._update_staged_metrics()
         return result
 
-    def end_of_input(self) -> CommitResult:
-        """END_OF_INPUT: the bounded input ended; commit everything now under ``EOI_CHECKPOINT_ID``."""
+    def end_of_input(self, counters: Mapping[str, int] | None = None) -> CommitResult:
+        """END_OF_INPUT: the bounded input ended; commit everything now under ``EOI_CHECKPOINT_ID``.
+
+        In global commit mode the rest is staged instead, as the committable of the checkpoint after the
+        last one this subtask prepared (or restored): every checkpoint with a higher id that completes
+        holds this subtask's state after its end, and none with a lower id does, so the subtasks' OPEN
+        rule (commit <= r, abort > r) stays exact for it. The global committer's end-of-input commit
+        records ``EOI_CHECKPOINT_ID``.
+        """
         stager, _ = self._require_open("END_OF_INPUT")
         if self._ended or self._input_already_committed:
             stager.discard()
             self._ended = True
             return CommitResult(committed=False, checkpoint_id=EOI_CHECKPOINT_ID)
-        self.prepare(EOI_CHECKPOINT_ID)
+        if self.commit_mode == "global":
+            end_id = (0 if self._last_prepared is None else self._last_prepared) + 1
+            self.prepare(end_id, counters)
+            self._ended = True
+            return CommitResult(committed=False, checkpoint_id=end_id)
+        self.prepare(EOI_CHECKPOINT_ID, counters)
         result = self.commit(EOI_CHECKPOINT_ID)
         self._ended = True
         return result

@@ -42,6 +42,8 @@ class CommitResult:
     table_version: int | None = None
     #: app id -> checkpoint id recorded as its txn version by this commit.
     app_versions: dict[str, int] = field(default_factory=dict)
+    #: The committed manifests' counters, summed (what the commit's ``lakestream.counters`` says).
+    counters: dict[str, int] = field(default_factory=dict)
 
     def __str__(self) -> str:
         if not self.committed:

@@ -2,14 +2,15 @@
 
 The protocol lives in ``sinks/`` as plain Python (tested without Flink); this module only turns the
 in-band marker records of ``CheckpointEpochOperator`` into writer calls, buffers data rows into Arrow
-record batches, and publishes the writer's metrics. Keep it thin.
+record batches, and publishes the writer's metrics. Keep it thin. A table with
+``DeltaSinkSpec(commit="global")`` is staged here and committed by ``udfs.global_commit``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import pyarrow as pa
 from pyflink.common import Types
@@ -32,6 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyflink.datastream import DataStream
 
     from lakestream.merge_spec import MergeSpec
+    from sinks.committable import Committable
     from sinks.writer import TwoPhaseDeltaWriter
     from sinks.writer_metrics import CommitResult
 
@@ -50,11 +52,22 @@ class DeltaSinkSpec:
     #: Rows buffered in Python lists before they become one Arrow record batch.
     batch_rows: int = 50_000
     target_file_size: int = 128 * 1024 * 1024
+    #: Keyword arguments for the writer (and the global committer): ``retry``, ``commit_hooks``,
+    #: ``storage_options``.
     writer_options: dict[str, Any] = field(default_factory=dict)
+    #: ``"subtask"``: each writer subtask commits its own work at COMMIT(n). ``"global"``: the subtasks
+    #: only stage and emit committables, and one ``udfs.global_commit.GlobalCommitterFunction`` commits
+    #: each checkpoint of all of them in one Delta commit (DESIGN.md section 3).
+    commit: Literal["subtask", "global"] = "subtask"
+
+    def __post_init__(self) -> None:
+        if self.commit not in ("subtask", "global"):
+            raise ValueError(f"commit must be 'subtask' or 'global', got {self.commit!r}")
 
 
-#: Flink gauge name -> ``sinks.writer_metrics.WriterMetrics`` attribute (``*_s`` exported in ms).
-_WRITER_GAUGES = {
+#: Flink gauge name -> ``sinks.writer_metrics.WriterMetrics`` attribute (``*_s`` exported in ms) of what
+#: commits: the writer subtask, or for a table in global commit mode the global committer.
+COMMIT_GAUGES = {
     "rowsCommitted": "rows_committed",
     "filesCommitted": "files_committed",
     "bytesCommitted": "bytes_committed",
@@ -65,8 +78,29 @@ _WRITER_GAUGES = {
     "stagedRowsUncommitted": "staged_rows",
     "stagedFilesUncommitted": "staged_files",
     "stagedBytesUncommitted": "staged_bytes",
-    "bufferedRows": "buffered_rows",
 }
+#: Gauges only a writer subtask can report, whoever commits.
+STAGER_GAUGES = {"bufferedRows": "buffered_rows"}
+
+
+def gauge_reader(metrics: Any, attr: str) -> Any:
+    """A Flink gauge callback reading ``attr`` of a ``WriterMetrics`` (from ``metrics()``, may be None)."""
+
+    def read() -> int:
+        m = metrics()
+        if m is None:
+            return 0
+        value = getattr(m, attr)
+        return int(value * 1000) if attr.endswith("_s") else int(value)
+
+    return read
+
+
+class MarkerOutput(NamedTuple):
+    """What one marker produced: commit reports, and committables of tables in global commit mode."""
+
+    reports: list[str]
+    committables: list[Committable]
 
 
 def rows_to_batch(rows: list[tuple[Any, ...]], schema: pa.Schema) -> pa.RecordBatch:
@@ -84,30 +118,33 @@ class TableWriters:
     A Python operator that produces rows for several tables (the standardise step writes bronze, review
     and quarantine) can write them itself instead of shipping every row back to the JVM and into one
     more Python sink operator: one Java/Python crossing less per row. Each table keeps its own
-    ``TwoPhaseDeltaWriter`` (own app ids, own commits); all follow the same markers.
+    ``TwoPhaseDeltaWriter`` (own app ids, own commits); all follow the same markers. Tables in global
+    commit mode are staged the same way, and their committables come out of ``apply``.
     """
 
     def __init__(self, specs: Mapping[str, DeltaSinkSpec]) -> None:
         self.specs = dict(specs)
         self.writers: dict[str, TwoPhaseDeltaWriter] = {}
         self.rows: dict[str, list[tuple[Any, ...]]] = {name: [] for name in specs}
+        self.global_tables = tuple(name for name, spec in self.specs.items() if spec.commit == "global")
 
     def register_metrics(self, runtime_context: RuntimeContext) -> None:
-        """Gauges over each writer's own cumulative ``WriterMetrics`` (no second bookkeeping)."""
+        """Gauges over each writer's own cumulative ``WriterMetrics`` (no second bookkeeping).
+
+        For a table in global commit mode only the buffer: its commits are the committer's to report.
+        """
         for name, spec in self.specs.items():
             group = runtime_context.get_metrics_group().add_group("delta_table", spec.app_prefix)
-            for gauge, attr in _WRITER_GAUGES.items():
-                group.gauge(gauge, self._metric_reader(name, attr))
+            gauges = STAGER_GAUGES if spec.commit == "global" else {**COMMIT_GAUGES, **STAGER_GAUGES}
+            for gauge, attr in gauges.items():
+                group.gauge(gauge, gauge_reader(self._metrics_of(name), attr))
 
-    def _metric_reader(self, table: str, attr: str) -> Any:
-        def read() -> int:
+    def _metrics_of(self, table: str) -> Any:
+        def metrics() -> Any:
             writer = self.writers.get(table)
-            if writer is None:
-                return 0
-            value = getattr(writer.metrics, attr)
-            return int(value * 1000) if attr.endswith("_s") else int(value)
+            return None if writer is None else writer.metrics
 
-        return read
+        return metrics
 
     def add(self, table: str, row: tuple[Any, ...]) -> None:
         """Buffer one row (schema order) of ``table``."""
@@ -128,9 +165,33 @@ class TableWriters:
             self.rows[table] = []
 
     def on_marker(self, value: Any) -> list[str]:
-        """Apply one OPEN / PRECOMMIT / COMMIT / END_OF_INPUT marker row to every table; commit reports."""
+        """Apply one OPEN / PRECOMMIT / COMMIT / END_OF_INPUT marker row to every table; commit reports.
+
+        Only for tables that commit themselves: with a table in global commit mode use ``apply``, whose
+        committables the operator must emit.
+        """
+        if self.global_tables:
+            raise ValueError(
+                f"tables {', '.join(self.global_tables)} commit globally: call apply() and emit its "
+                "committables, or they are never committed"
+            )
+        return self.apply(value).reports
+
+    def apply(self, value: Any, *, counters: Mapping[str, Mapping[str, int]] | None = None) -> MarkerOutput:
+        """Apply one marker row to every table: commit reports, and the global tables' committables.
+
+        ``counters`` (table name -> counts of the checkpoint) are attached to the tables' staged work at
+        PRECOMMIT and END_OF_INPUT, and recorded in the commit that takes it (``lakestream.counters``).
+        """
         marker = Marker.of(value)
         kind, checkpoint_id = marker.kind, marker.checkpoint_id
+        counts = dict(counters or {})
+        if counts:
+            unknown = sorted(set(counts) - set(self.specs))
+            if unknown:
+                raise ValueError(f"counters for tables this operator does not write: {', '.join(unknown)}")
+            if kind not in (PRECOMMIT, END_OF_INPUT):
+                raise ValueError("counters belong to staged work: pass them at PRECOMMIT or END_OF_INPUT")
         results: list[CommitResult] = []
         if kind == OPEN:
             from sinks.writer import TwoPhaseDeltaWriter
@@ -144,6 +205,7 @@ class TableWriters:
                     partition_by=list(spec.partition_by) or None,
                     merge=spec.merge,
                     target_file_size=spec.target_file_size,
+                    commit_mode=spec.commit,
                     **spec.writer_options,
                 )
                 self.writers[name] = writer
@@ -158,18 +220,25 @@ class TableWriters:
         elif kind == PRECOMMIT:
             for name, writer in self.writers.items():
                 self._flush(name)
-                writer.prepare(checkpoint_id)
+                writer.prepare(checkpoint_id, counts.get(name))
         elif kind == COMMIT:
             results = [writer.commit(checkpoint_id) for writer in self.writers.values()]
         elif kind == END_OF_INPUT:
             for name, writer in self.writers.items():
                 self._flush(name)
-                results.append(writer.end_of_input())
-        return [
+                results.append(writer.end_of_input(counts.get(name)))
+        reports = [
             f"{self.specs[name].app_prefix}: {result}"
             for name, result in zip(self.writers, results, strict=False)
             if result.committed
         ]
+        committables = [
+            c
+            for name in self.global_tables
+            if name in self.writers
+            for c in self.writers[name].take_committables()
+        ]
+        return MarkerOutput(reports, committables)
 
     def close(self) -> None:
         """Release the writers; staged files stay for the next OPEN to commit or abort."""
@@ -181,6 +250,11 @@ class DeltaSinkFunction(ProcessFunction):  # type: ignore[misc]
     """A Python sink operator for one table: data rows and markers in, commit reports out."""
 
     def __init__(self, spec: DeltaSinkSpec) -> None:
+        if spec.commit != "subtask":
+            raise ValueError(
+                f"{spec.app_prefix}: this sink commits per subtask; for commit='global' write with "
+                "TableWriters.apply, emit its committables and commit them with udfs.global_commit"
+            )
         self.tables = TableWriters({"table": spec})
 
     def open(self, runtime_context: RuntimeContext) -> None:

@@ -1,8 +1,10 @@
-"""Python face of ``io.lakestream.flink.EventTimeGate``: watermarks and the late decision, in Java, at p=1.
+"""Python faces of the Java operators between standardise and resolve: the event-time gate, the de-dup.
 
-In Java because "was this event behind the watermark when it arrived" is decided event by event in
-arrival order, with state checkpointed in step with the source offsets, and Python functions get no
-checkpoint hooks (DESIGN.md section 2).
+``EventTimeGate`` decides lateness per Kafka partition in arrival order, chained after standardise at
+the job's parallelism; ``KeyedDedupEpochOperator`` remembers event ids in Flink keyed state (TTL,
+checkpointed, redistributed by key group) and emits the checkpoint markers of the resolve operator.
+Both are in Java because they keep checkpointed state per record, which Python functions cannot do
+cheaply (DESIGN.md section 2).
 """
 
 from __future__ import annotations
@@ -12,8 +14,6 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyflink.datastream import DataStream
-
-_GATE_CLASS = "io.lakestream.flink.EventTimeGate"
 
 
 def _millis(td: timedelta) -> int:
@@ -28,9 +28,9 @@ def event_time_gate(
     name: str,
     uid: str,
 ) -> DataStream:
-    """Run ``stream`` (``ingest_standardise.BATCH_TYPE`` rows) through the gate at parallelism 1.
+    """Run ``stream`` (``ingest_standardise.BATCH_TYPE`` rows) through the gate, chained, same parallelism.
 
-    The output has the same type, with each batch's late watermarks filled in.
+    Header rows are consumed; part rows come out with their late watermarks filled in.
     """
     from pyflink.datastream import DataStream
     from pyflink.java_gateway import get_gateway
@@ -42,4 +42,34 @@ def event_time_gate(
         _millis(max_out_of_orderness), max(0, _millis(idleness_timeout))
     )
     j_stream = stream._j_data_stream
-    return DataStream(j_stream.transform(name, j_stream.getType(), operator).uid(uid).setParallelism(1))
+    return DataStream(j_stream.transform(name, j_stream.getType(), operator).uid(uid))
+
+
+def dedup_by_key(
+    stream: DataStream,
+    *,
+    ttl: timedelta,
+    batch_size: int,
+    batch_time: timedelta,
+    max_parallelism: int,
+    name: str,
+    uid: str,
+) -> DataStream:
+    """Key gated parts by bucket, drop re-deliveries within ``ttl``, re-batch, add checkpoint markers.
+
+    The output is the marker stream of the resolve operator (forward, same parallelism), whose DATA
+    payloads are ``ingest_rows.ResolveBatch`` rows.
+    """
+    from pyflink.datastream import DataStream
+    from pyflink.java_gateway import get_gateway
+
+    if ttl <= timedelta(0):
+        raise ValueError(f"event_time.dedup_ttl: must be positive, got {ttl}")
+    jvm = get_gateway().jvm
+    flink = jvm.io.lakestream.flink
+    keyed = stream._j_data_stream.keyBy(flink.BucketKeySelector(max_parallelism))
+    operator = flink.KeyedDedupEpochOperator(
+        _millis(ttl), batch_size, max(1, _millis(batch_time)), max_parallelism
+    )
+    out_type = flink.KeyedDedupEpochOperator.markedResolveBatchType()
+    return DataStream(keyed.transform(name, out_type, operator).uid(uid))

@@ -1,56 +1,61 @@
-"""Flink wrapper of the gated side of ingest: late rows, de-duplication, partial silver rows.
+"""Flink wrapper of the keyed side of ingest: late rows and partial silver rows, at the job's parallelism.
 
-Input: a ``CheckpointEpochOperator`` stream whose DATA payloads are the gate's batch rows ``(split,
-event_times_ms, late_watermarks_ms, bronze rows as Arrow IPC)``. Late events go to ``late/order_events``
-with their watermark (and are still applied: the guard, not the watermark, protects newer values);
-re-deliveries are dropped by ``lakestream.dedup.DedupCache``; every other event becomes the partial row
-``lakestream.silver.silver_source`` makes of it, which the silver writer folds per checkpoint and MERGEs
-with ``SILVER_MERGE``. One crossing per batch, column-wise; no per-order Flink state (DESIGN.md section 2).
+Input: ``KeyedDedupEpochOperator`` marker rows (keyed by order, so one order's events and every copy of
+an event meet in one subtask); DATA payloads are ``ingest_rows.ResolveBatch``: parts with their late
+watermarks (from the ``EventTimeGate``) and de-dup flags (Flink keyed state). Late arrivals go to
+``late/order_events`` with their watermark and are still applied (the guard, not the watermark, protects
+newer values); first sightings become the partial rows of ``lakestream.silver.silver_source``, which the
+silver writer folds per checkpoint and MERGEs with ``SILVER_MERGE`` (DESIGN.md section 2).
+
+The output is the committables (``udfs.global_commit.COMMITTABLE_TYPE``) of the tables in global commit
+mode (silver), for one ``GlobalCommitterFunction``. Each checkpoint's counts of late events, duplicates
+and silver changes go with silver's staged work into its Delta commit (``lakestream.counters``): summed
+over the table history they count every event exactly once, across restores.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from datetime import datetime, timedelta, timezone
-from typing import Any
+from datetime import timezone
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 from pyflink.datastream import ProcessFunction, RuntimeContext
 
-from lakestream.dedup import DedupCache
 from lakestream.silver import silver_source
-from udfs.checkpoint_markers import DATA, Marker
+from udfs.checkpoint_markers import DATA, END_OF_INPUT, PRECOMMIT, Marker
 from udfs.delta_sink import DeltaSinkSpec, TableWriters
-from udfs.ingest_rows import NOT_LATE, GatedBatch, from_epoch_millis, unpack_events
+from udfs.global_commit import committable_row
+from udfs.ingest_rows import NOT_LATE, ResolveBatch, from_epoch_millis, unpack_events
 from udfs.worker_gc import tune_for_batches
 
 #: Names of the tables this operator writes, as keys of its ``tables`` argument.
 LATE, SILVER = "late", "silver"
+#: The per-checkpoint counts recorded in silver's commits (the same names as the Flink counters).
+COUNTERS = ("events_late", "events_duplicate", "silver_changes")
 
 UTC = timezone.utc
 
 
 class ResolveBatches(ProcessFunction):  # type: ignore[misc]
-    """Gated batches in: late rows, de-dup by event id, one partial silver row per new event."""
+    """De-duplicated parts in: late rows, one partial silver row per first sighting of an event."""
 
-    def __init__(self, *, dedup_ttl: timedelta, tables: Mapping[str, DeltaSinkSpec]) -> None:
-        if dedup_ttl <= timedelta(0):
-            raise ValueError(f"event_time.dedup_ttl: must be positive, got {dedup_ttl}")
+    def __init__(self, *, tables: Mapping[str, DeltaSinkSpec]) -> None:
         if set(tables) != {LATE, SILVER}:
             raise ValueError(f"tables: need specs for {LATE} and {SILVER}, got {sorted(tables)}")
         if tables[SILVER].mode != "merge":
             raise ValueError("tables: silver must be written in merge mode (the guard resolves orders)")
-        self.dedup_ttl = dedup_ttl
         self.tables = TableWriters(tables)
         self._watermark_type = tables[LATE].schema.field("watermark").type
 
     def open(self, runtime_context: RuntimeContext) -> None:
-        """Start an empty de-dup cache and register the counters and writer gauges."""
-        self._seen = DedupCache(self.dedup_ttl)
+        """Register the counters and writer gauges."""
         group = runtime_context.get_metrics_group().add_group("lakestream")
+        # events_duplicate is the de-dup operator's Flink counter; here it only goes into silver's commits.
         self._late = group.counter("events_late")
-        self._duplicates = group.counter("events_duplicate")
         self._changes = group.counter("silver_changes")
+        #: Counts since the last PRECOMMIT: this checkpoint's, staged with silver's work at PRECOMMIT.
+        self._counts = dict.fromkeys(COUNTERS, 0)
         self.tables.register_metrics(runtime_context)
         tune_for_batches()  # last: freezes what open() built
 
@@ -59,29 +64,57 @@ class ResolveBatches(ProcessFunction):  # type: ignore[misc]
         self.tables.close()
 
     def process_element(self, value: Any, ctx: ProcessFunction.Context) -> Iterator[Any]:
-        """A checkpoint marker for the writers, or one gated batch to route and resolve."""
+        """A checkpoint marker for the writers, or one re-batched set of parts to resolve."""
         marker = Marker.of(value)
         if marker.kind != DATA:
-            yield from self.tables.on_marker(value)
+            counters = None
+            if marker.kind in (PRECOMMIT, END_OF_INPUT):
+                counters = {SILVER: self._counts}
+                self._counts = dict.fromkeys(COUNTERS, 0)
+            for committable in self.tables.apply(value, counters=counters).committables:
+                yield committable_row(committable)
             return
-        gated = GatedBatch._make(marker.payload)
-        late_wms = gated.late_watermarks or ()
-        batch = unpack_events(gated.events)
-        tables, seen = self.tables, self._seen
-        late = [i for i, wm in enumerate(late_wms) if wm != NOT_LATE]
-        if late:
-            watermarks = pa.array([from_epoch_millis(late_wms[i]) for i in late], self._watermark_type)
-            rows = pa.Table.from_batches([batch.take(pa.array(late))]).append_column("watermark", watermarks)
-            tables.add_batch(LATE, rows)
-        # Events without an order id change no order (and are not remembered). De-dup needs the ids as
-        # Python strings (a dict lookup each); everything else stays columnar.
-        has_order = batch.column("order_id").is_valid()
-        orders = batch if has_order.false_count == 0 else batch.filter(has_order)
-        fresh = seen.first_seen(orders.column("event_id").to_pylist(), datetime.now(UTC))
-        duplicates = len(fresh) - sum(fresh)
-        silver = silver_source(orders.filter(pa.array(fresh, pa.bool_())) if duplicates else orders)
-        if silver.num_rows:
-            tables.add_batch(SILVER, silver)
-        self._late.inc(len(late))
-        self._duplicates.inc(duplicates)
-        self._changes.inc(silver.num_rows)
+        counts = resolve_batch(ResolveBatch._make(marker.payload), self.tables, self._watermark_type)
+        self._late.inc(counts.late)
+        self._changes.inc(counts.silver_changes)
+        staged = self._counts
+        staged["events_late"] += counts.late
+        staged["events_duplicate"] += counts.duplicates
+        staged["silver_changes"] += counts.silver_changes
+
+
+class ResolveCounts(NamedTuple):
+    """What one resolved batch contributed: late arrivals, re-deliveries, silver change rows."""
+
+    late: int
+    duplicates: int
+    silver_changes: int
+
+
+def resolve_batch(batch: ResolveBatch, tables: TableWriters, watermark_type: pa.DataType) -> ResolveCounts:
+    """Route one de-duplicated batch: every late arrival to the late table, first sightings to silver.
+
+    Late rows include re-deliveries (like bronze, the late table records arrivals); only events seen
+    for the first time within the de-dup TTL become partial silver rows (``silver_source``).
+    """
+    parts = [unpack_events(blob) for blob in batch.events]
+    if not parts:
+        return ResolveCounts(0, 0, 0)
+    events = pa.Table.from_batches(parts)
+    if events.num_rows != len(batch.late_watermarks) or events.num_rows != len(batch.fresh):
+        raise ValueError(
+            f"resolve batch: {events.num_rows} events but {len(batch.late_watermarks)} late watermarks "
+            f"and {len(batch.fresh)} de-dup flags; the KeyedDedupEpochOperator output is malformed"
+        )
+    late_wms = batch.late_watermarks
+    late = [i for i, wm in enumerate(late_wms) if wm != NOT_LATE]
+    if late:
+        watermarks = pa.array([from_epoch_millis(late_wms[i]) for i in late], watermark_type)
+        rows = events.take(pa.array(late)).append_column("watermark", watermarks)
+        tables.add_batch(LATE, rows)
+    fresh = pa.array(batch.fresh, pa.bool_())
+    duplicates = fresh.false_count
+    silver = silver_source(events.filter(fresh) if duplicates else events)
+    if silver.num_rows:
+        tables.add_batch(SILVER, silver)
+    return ResolveCounts(len(late), duplicates, silver.num_rows)

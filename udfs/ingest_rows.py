@@ -74,17 +74,41 @@ class KafkaBatch(NamedTuple):
                 pos += n
 
 
-class GatedBatch(NamedTuple):
-    """One row of ``ingest_standardise.BATCH_TYPE``: a batch's VALID events and, after the gate, lateness.
+class BatchPart(NamedTuple):
+    """One row of ``ingest_standardise.BATCH_TYPE``: a batch's header, or its events for one subtask.
 
-    ``late_watermarks`` is ``None`` before the gate; after it, per event the partition's watermark when
-    the event was late, or ``NOT_LATE``.
+    Per Kafka batch with VALID events, standardise emits the header first (``part == HEADER``: the
+    events' times in Kafka order, for the ``EventTimeGate``), then one part per subtask that owns some
+    of the events (``lakestream.keys``). ``late_watermarks`` is filled in by the gate: per event the
+    partition's watermark when it was late, else ``NOT_LATE``.
     """
 
     split: str
+    part: int
     event_times: list[int]
+    positions: list[int]
+    buckets: list[int]
+    id_hi: list[int]
+    id_lo: list[int]
     late_watermarks: list[int] | None
-    events: bytes
+    events: bytes | None
+
+
+#: ``BatchPart.part`` of a batch's header row.
+HEADER = -1
+
+
+class ResolveBatch(NamedTuple):
+    """DATA payload of ``KeyedDedupEpochOperator``: parts after de-dup, re-batched for the resolve operator.
+
+    ``late_watermarks`` and ``fresh`` (False: a re-delivery within the de-dup TTL) run over the events
+    of all ``events`` blobs in order.
+    """
+
+    events: list[bytes]
+    late_watermarks: list[int]
+    fresh: list[bool]
+    event_count: int
 
 
 #: Late watermark of an on-time event (``io.lakestream.flink.EventTimeGate.NOT_LATE``).

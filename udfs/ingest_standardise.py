@@ -18,25 +18,39 @@ from pyflink.common import Row, Types
 from pyflink.datastream import ProcessFunction, RuntimeContext
 
 from lakestream.adapters import AdapterSettings, get_adapter
+from lakestream.keys import split_by_subtask
 from lakestream.quality import QualityRules, classify
 from lakestream.standard import EVENT_COLUMNS, Rejected
 from udfs.checkpoint_markers import DATA, Marker
 from udfs.delta_sink import DeltaSinkSpec, TableWriters, rows_to_batch
-from udfs.ingest_rows import KafkaBatch, bronze_row, epoch_millis, invalid_row, pack_events, quarantine_row
+from udfs.ingest_rows import (
+    HEADER,
+    BatchPart,
+    KafkaBatch,
+    bronze_row,
+    epoch_millis,
+    invalid_row,
+    pack_events,
+    quarantine_row,
+)
 from udfs.worker_gc import tune_for_batches
 
 UTC = timezone.utc
 _EVENT_TIME = EVENT_COLUMNS.index("event_time")
 _QUALITY = EVENT_COLUMNS.index("quality")
 
-#: Main output, the batch row the gate reads and stamps: split (the source partition,
-#: ``topic#partition``: watermarks are tracked per partition), event times (epoch ms, arrival order),
-#: late watermarks (null here, one per event after the gate), the events' bronze rows as one
-#: Arrow IPC batch (``ingest_rows.pack_events``).
+#: Main output (``ingest_rows.BatchPart``): per Kafka batch with VALID events a header with their times
+#: in Kafka order (the gate's input), then their bronze rows split by owning subtask, each part with its
+#: events' positions, buckets and id hashes (``lakestream.keys``), late watermarks left for the gate.
 BATCH_TYPE = Types.ROW_NAMED(
-    ["split", "event_times", "late_watermarks", "events"],
+    list(BatchPart._fields),
     [
         Types.STRING(),
+        Types.INT(),
+        Types.PRIMITIVE_ARRAY(Types.LONG()),
+        Types.PRIMITIVE_ARRAY(Types.INT()),
+        Types.PRIMITIVE_ARRAY(Types.INT()),
+        Types.PRIMITIVE_ARRAY(Types.LONG()),
         Types.PRIMITIVE_ARRAY(Types.LONG()),
         Types.PRIMITIVE_ARRAY(Types.LONG()),
         Types.PRIMITIVE_ARRAY(Types.BYTE()),
@@ -60,7 +74,14 @@ class StandardiseFunction(ProcessFunction):  # type: ignore[misc]
         adapter_settings: AdapterSettings,
         rules: QualityRules,
         tables: Mapping[str, DeltaSinkSpec],
+        parallelism: int,
+        max_parallelism: int,
     ) -> None:
+        if not 1 <= parallelism <= max_parallelism:
+            raise ValueError(
+                f"flink.parallelism ({parallelism}) must be between 1 and flink.max_parallelism "
+                f"({max_parallelism})"
+            )
         if set(tables) != {BRONZE, REVIEW, QUARANTINE}:
             raise ValueError(
                 f"tables: need specs for {BRONZE}, {REVIEW} and {QUARANTINE}, got {sorted(tables)}"
@@ -71,6 +92,8 @@ class StandardiseFunction(ProcessFunction):  # type: ignore[misc]
         self.adapter_settings = adapter_settings
         self.rules = rules
         self.tables = TableWriters(tables)
+        self.parallelism = parallelism
+        self.max_parallelism = max_parallelism
         self._bronze_schema = tables[BRONZE].schema
 
     def open(self, runtime_context: RuntimeContext) -> None:
@@ -127,11 +150,30 @@ class StandardiseFunction(ProcessFunction):  # type: ignore[misc]
         self.tables.add_batch(BRONZE, bronze)
         if times:
             events = bronze if len(times) == len(rows) else bronze.filter(pa.array(valid))
-            yield Row(f"{batch[0]}#{batch[1]}", times, None, pack_events(events))
+            split = f"{batch.topic}#{batch.partition}"
+            yield Row(split, HEADER, times, [], [], [], [], None, None)
+            parts = split_by_subtask(
+                events.column("order_id").to_pylist(),
+                events.column("event_id").to_pylist(),
+                parallelism=self.parallelism,
+                max_parallelism=self.max_parallelism,
+            )
+            whole = len(parts) == 1
+            for part in parts:
+                rows_of_part = events if whole else events.take(pa.array(part.positions, pa.int32()))
+                yield Row(
+                    split,
+                    part.subtask,
+                    [times[i] for i in part.positions],
+                    part.positions,
+                    part.buckets,
+                    part.id_hi,
+                    part.id_lo,
+                    None,
+                    pack_events(rows_of_part),
+                )
 
-    def _route(
-        self, topic: str, partition: int, offset: int, payload: bytes | None, now: datetime
-    ) -> Any:
+    def _route(self, topic: str, partition: int, offset: int, payload: bytes | None, now: datetime) -> Any:
         """One record -> review/quarantine; returns its bronze tuple (None for a reject)."""
         tables = self.tables
         try:

@@ -15,11 +15,9 @@ Haidian, then a 10:00 Xicheng record on the same partition).
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 import subprocess
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -30,13 +28,12 @@ from typing import Any
 
 import pytest
 from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from devtools.kafka_broker import create_topic
 from devtools.processes import kill_group
 from devtools.sample_events import SampleSettings, SourceEvent, generate
 from tests.support.cli import run_cli
+from tests.support.ingest_job import setup_topics, start_unbounded, wait_for
 from tests.support.silver_oracle import FIELDS as RESOLVED
 from tests.support.silver_oracle import expected_silver
 
@@ -338,13 +335,6 @@ def by_coords(rows: list[dict[str, Any]]) -> dict[tuple[str, int, int], dict[str
     return out
 
 
-def table_rows(lakehouse: Path, table: str) -> int:
-    try:
-        return DeltaTable(str(lakehouse / table)).to_pyarrow_dataset().count_rows()
-    except TableNotFoundError:
-        return 0
-
-
 def expected_counts(records: list[Record]) -> dict[str, int]:
     kinds = Counter(r.kind for r in records)
     return {
@@ -353,25 +343,6 @@ def expected_counts(records: list[Record]) -> dict[str, int]:
         "review/order_events": kinds["suspicious"],
         "late/order_events": len(late_expectation(records)),
     }
-
-
-def setup_topics(kafka: str, tmp_path: Path, lakehouse: Path) -> tuple[dict[str, str], dict[str, str]]:
-    """Fresh topics (3 partitions each) and the job's environment overrides."""
-    run = f"ingest{int(time.time() * 1000) % 10**8}"
-    topics = {s: f"{run}.{s}" for s in SOURCES}
-    for topic in topics.values():
-        create_topic(kafka, topic, partitions=3)
-    env = {
-        "LAKESTREAM__KAFKA__BOOTSTRAP_SERVERS": kafka,
-        "LAKESTREAM__KAFKA__GROUP_ID": run,
-        **{f"LAKESTREAM__KAFKA__TOPICS__{s.upper()}": t for s, t in topics.items()},
-        "LAKESTREAM__LAKEHOUSE__ROOT": str(lakehouse),
-        "LAKESTREAM__FLINK__CHECKPOINT_DIR": str(tmp_path / "checkpoints"),
-        "LAKESTREAM__FLINK__CHECKPOINT_INTERVAL": '"1s"',
-        "LAKESTREAM__FLINK__PARALLELISM": "2",
-        "LAKESTREAM__EVENT_TIME__MAX_OUT_OF_ORDERNESS": '"30m"',
-    }
-    return topics, env
 
 
 def assert_tables(lakehouse: Path, records: list[Record]) -> None:
@@ -429,6 +400,26 @@ def assert_tables(lakehouse: Path, records: list[Record]) -> None:
     assert silver == expected
     assert silver["1001"]["address"] == "Haidian" and silver["1001"]["status"] == "pending"
 
+    # The resolve counts in silver's commits: each VALID event is counted exactly once (replays after a
+    # restore included): as a re-delivery of an id seen before, or fresh, then a silver change unless it
+    # sets nothing (behaviour events, events without an order). De-dup state is checkpointed, so this
+    # holds across restores too.
+    counts = silver_commit_counters(lakehouse)
+    assert counts["events_late"] == len(expected_late)
+    valid = [row for row in bronze.values() if row["quality"] == "VALID"]
+    distinct = {row["event_id"] for row in valid}
+    feeding = {r["event_id"] for r in valid if r["order_id"] is not None and r["source"] != "behaviour"}
+    assert counts["events_duplicate"] == len(valid) - len(distinct) >= 1, counts
+    assert counts["silver_changes"] == len(feeding), counts
+
+
+def silver_commit_counters(lakehouse: Path) -> Counter[str]:
+    """``lakestream.counters`` of silver's commits, summed over the whole table history."""
+    total: Counter[str] = Counter()
+    for entry in DeltaTable(str(lakehouse / "silver/orders")).history():
+        total.update(entry.get("lakestream.counters") or {})
+    return total
+
 
 def test_ingest_bounded_tables_equal_expectations(kafka: str, lakehouse: Path, tmp_path: Path) -> None:
     topics, env = setup_topics(kafka, tmp_path, lakehouse)
@@ -457,31 +448,6 @@ def test_ingest_bounded_tables_equal_expectations(kafka: str, lakehouse: Path, t
         assert committed == consumer.end_offsets(partitions)
     finally:
         consumer.close()
-
-
-def start_unbounded(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "flink_jobs", "ingest"],
-        cwd=ROOT,
-        env={**os.environ, **env},
-        stdout=log.open("ab"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # its own process group: the MiniCluster JVM and Python workers die with it
-    )
-
-
-def wait_for(
-    lakehouse: Path, counts: dict[str, int], proc: subprocess.Popen[bytes], log: Path, timeout: float = 150
-) -> None:
-    """Until every table has at least its count of committed rows (the job keeps running)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if all(table_rows(lakehouse, t) >= n for t, n in counts.items()):
-            return
-        assert proc.poll() is None, f"job exited early:\n{log.read_text()[-4000:]}"
-        time.sleep(0.5)
-    got = {t: table_rows(lakehouse, t) for t in counts}
-    raise AssertionError(f"tables {got}, expected {counts}\n{log.read_text()[-4000:]}")
 
 
 def test_ingest_killed_and_resumed_gives_the_same_tables(kafka: str, lakehouse: Path, tmp_path: Path) -> None:
@@ -521,7 +487,7 @@ def test_ingest_killed_and_resumed_gives_the_same_tables(kafka: str, lakehouse: 
 def test_silver_exact_with_cold_state_across_runs(kafka: str, lakehouse: Path, tmp_path: Path) -> None:
     """Silver is exact across separate jobs: the table, not the job's memory, holds the order state.
 
-    Two separate bounded runs (the second a fresh job: empty de-dup cache, new run id) over the two
+    Two separate bounded runs (the second a fresh job: empty de-dup state, new run id) over the two
     halves of the stream. The second half carries older events for orders whose newer values the first
     run already committed, so only the Delta MERGE's event-time guard, against the stored rows, keeps
     silver right.

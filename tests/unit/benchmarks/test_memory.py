@@ -1,4 +1,5 @@
-"""The memory-flat benchmark's pure parts: slope, verdict, fresh keys per input chunk, report section."""
+"""The memory-flat benchmark's pure parts: slope, verdicts, de-dup state from REST metrics, the timeline,
+fresh keys per input chunk, the report section."""
 
 from __future__ import annotations
 
@@ -35,18 +36,18 @@ def test_flat_when_second_half_grows_slower_than_the_threshold() -> None:
     # Warm-up: steep first half, then +1 MiB/min on ~1,500 MiB (0.07 %/min).
     samples = [(t, 1000 + t) if t < 300 else (t, 1300 + (t - 300) / 60) for t, _ in series(0, 0)]
     out = memory.analyse(samples, 600)
-    assert out["verdict"] == "flat"
-    assert out["second_half_slope_mib_per_min"] == pytest.approx(1.0, abs=0.01)
+    assert out["verdict"] == "flat" and out["fit"] == "second half" and out["fit_from_s"] == 300
+    assert out["slope_mib_per_min"] == pytest.approx(1.0, abs=0.01)
     assert out["peak_mib"] == pytest.approx(1305.0)
     assert out["rss_mib_at"]["25%"] == pytest.approx(1150.0)
     assert out["rss_mib_at"]["100%"] == pytest.approx(1305.0)
-    assert "2.0%" in out["rule"]
+    assert "2.0%" in out["rule"] and "second half" in out["rule"]
 
 
 def test_growing_when_second_half_slope_exceeds_the_threshold() -> None:
     out = memory.analyse(series(1000, 40), 600)  # 40 MiB/min on ~1,300 MiB: about 3 %/min
     assert out["verdict"] == "growing"
-    assert out["second_half_growth_pct_per_min"] > 2.0
+    assert out["growth_pct_per_min"] > 2.0
     assert memory.analyse(series(1000, 40), 600, threshold_pct_per_min=5.0)["verdict"] == "flat"
 
 
@@ -54,8 +55,137 @@ def test_shrinking_memory_is_flat_and_too_few_samples_is_unknown() -> None:
     assert memory.analyse(series(2000, -30), 600)["verdict"] == "flat"
     out = memory.analyse([(0.0, 100.0), (400.0, 110.0)], 600)
     assert out["verdict"].startswith("unknown")
-    assert out["second_half_slope_mib_per_min"] is None
-    assert memory.analyse([], 600)["rss_mib_at"]["50%"] is None
+    assert out["slope_mib_per_min"] is None
+    empty = memory.analyse([], 600)
+    assert empty["rss_mib_at"]["50%"] is None and empty["under_limit"] is None
+
+
+def filling_then_flat(ttl_min: int, minutes: int, *, after_per_min: float = 0.5) -> list[tuple[float, float]]:
+    """RSS climbing 40 MiB/min while the state fills up to its TTL, then ``after_per_min``."""
+    out = []
+    for t in range(0, minutes * 60 + 1, 5):
+        m = t / 60
+        out.append((float(t), 1200 + 40 * min(m, ttl_min) + after_per_min * max(0.0, m - ttl_min)))
+    return out
+
+
+def test_slope_after_the_first_ttl_when_the_run_is_longer_than_it() -> None:
+    # A 40-minute run at the default 30-minute TTL: the fill-up is no growth, the last 10 minutes count.
+    samples = filling_then_flat(30, 40)
+    out = memory.analyse(samples, 2400, ttl_s=1800)
+    assert out["fit"] == "after first TTL" and out["fit_from_s"] == 1800
+    assert out["slope_mib_per_min"] == pytest.approx(0.5, abs=0.01)
+    assert out["verdict"] == "flat"
+    assert "after the first dedup_ttl (30 min)" in out["rule"]
+    # The second-half rule would fit the last 10 minutes of the fill-up too.
+    assert memory.analyse(samples, 2400)["slope_mib_per_min"] > 10 * out["slope_mib_per_min"]
+    # Still climbing after the TTL (80 MiB/min on ~2,800 MiB, about 3 %/min): growing.
+    assert (
+        memory.analyse(filling_then_flat(30, 40, after_per_min=80), 2400, ttl_s=1800)["verdict"] == "growing"
+    )
+
+
+def test_a_run_no_longer_than_the_ttl_keeps_the_second_half_rule() -> None:
+    out = memory.analyse(series(1000, 1), 600, ttl_s=1800)
+    assert out["fit"] == "second half" and out["fit_from_s"] == 300
+    assert memory.analyse(series(1000, 1), 600, ttl_s=600)["fit"] == "second half"
+
+
+def test_total_under_3_gb() -> None:
+    assert memory.LIMIT_MIB == pytest.approx(2861.0, abs=0.1)  # 3 * 10**9 bytes
+    assert memory.analyse(series(2000, 1), 600)["under_limit"] is True
+    over = memory.analyse([(0.0, 2000.0), (300.0, 2900.0), (600.0, 2000.0)], 600)
+    assert over["under_limit"] is False and over["limit_mib"] == pytest.approx(2861.0, abs=0.1)
+
+
+#: RocksDB metric ids as Flink's REST API lists them for a keyed ``MapState`` operator (recorded; the
+#: operator renamed to the ingest job's de-dup operator, whose state is ``lakestream-dedup-ids``).
+OP = "de-dup_by_event_id_+_resolve_markers"
+CF = "lakestream-dedup-ids"
+
+
+def rocksdb_metrics(subtask: int, **values: float | None) -> dict[str, float | None]:
+    return {f"{subtask}.{OP}.{CF}.rocksdb_{k.replace('_', '-')}": v for k, v in values.items()}
+
+
+DEDUP_VERTICES: dict[str, dict[str, float | None]] = {
+    "source": {"0.busyTimeMsPerSecond": 500.0},
+    "dedup": {
+        **rocksdb_metrics(
+            0,
+            estimate_num_keys=100_000,
+            estimate_live_data_size=3_000_000,
+            total_sst_files_size=4_000_000,
+            live_sst_files_size=3_500_000,
+            size_all_mem_tables=2_000_000,
+            estimate_table_readers_mem=100_000,
+            block_cache_usage=2_600_000,
+        ),
+        **rocksdb_metrics(
+            1,
+            estimate_num_keys=50_000,
+            estimate_live_data_size=1_500_000,
+            total_sst_files_size=2_000_000,
+            live_sst_files_size=2_000_000,
+            size_all_mem_tables=1_000_000,
+            estimate_table_readers_mem=50_000,
+            block_cache_usage=None,  # not reported this poll
+        ),
+        # the shared block cache seen from a second column family of subtask 0: counted once
+        f"0.{OP}.other-state.rocksdb_block-cache-usage": 2_600_000,
+        f"0.{OP}.other-state.rocksdb_estimate-num-keys": 0,
+        # a keyed operator that is not the de-dup one
+        "0.some_window.window-contents.rocksdb_estimate-num-keys": 7.0,
+    },
+}
+
+
+def test_rocksdb_state_per_operator_from_rest_metric_ids() -> None:
+    state = memory.rocksdb_state(DEDUP_VERTICES)
+    assert set(state) == {OP, "some_window"}
+    d = state[OP]
+    assert d["entries"] == 150_000
+    assert d["live_data"] == 4_500_000 and d["sst_files"] == 6_000_000
+    assert d["memtables"] == 3_000_000 and d["table_readers"] == 150_000
+    assert d["block_cache"] == 2_600_000  # once per subtask, not per column family
+    assert d["memory"] == 3_000_000 + 150_000  # memtables larger than the reported cache here
+
+
+def test_dedup_state_bytes_per_entry_and_na_without_rocksdb() -> None:
+    d = memory.dedup_state(DEDUP_VERTICES, local_dir_bytes=9_000_000)
+    assert d is not None
+    assert d["operators"] == [OP] and d["entries"] == 150_000
+    assert d["bytes_per_entry"] == {"memory": 21.0, "live_data": 30.0, "sst_files": 40.0, "local_dir": 60.0}
+    assert memory.is_dedup_operator("de-dup_by_event_id_+_resolve_markers")
+    assert memory.is_dedup_operator("ingest_dedup") and not memory.is_dedup_operator("resolve_markers")
+    # The job before de-dup moved into keyed state: no RocksDB metrics at all.
+    assert memory.dedup_state({"v": {"0.busyTimeMsPerSecond": 1.0}}) is None
+    empty = memory.dedup_state({"v": rocksdb_metrics(0, estimate_num_keys=0)})
+    assert empty is not None and empty["bytes_per_entry"]["live_data"] is None
+
+
+def test_dir_bytes_counts_allocated_blocks(tmp_path: Path) -> None:
+    assert memory.dir_bytes(tmp_path / "missing") is None
+    (tmp_path / "db").mkdir()
+    (tmp_path / "db" / "000001.sst").write_bytes(b"x" * 10_000)
+    used = memory.dir_bytes(tmp_path)
+    assert used is not None and used >= 10_000
+
+
+def test_timeline_rows_at_10_percent_steps_per_kind() -> None:
+    mib = memory.MIB
+    rss = [(float(t), {"client": 180 * mib, "jvm": (600 + t) * mib}) for t in range(0, 601, 5)]
+    dedup = [(float(t), {"entries": t * 10}) for t in range(0, 601, 15)]
+    local_dir = [(float(t), t * 1000) for t in range(0, 601, 15)]
+    rows = memory.timeline(rss, 600, dedup=dedup, local_dir=local_dir)
+    assert [r["pct"] for r in rows] == list(range(0, 101, 10))
+    half = rows[5]
+    assert half["t_s"] == 300 and half["rss_mib"] == {"client": 180.0, "jvm": 900.0}
+    assert half["total_mib"] == 1080.0
+    assert half["dedup"] == {"entries": 3000} and half["local_dir_bytes"] == 300_000
+    # no REST sample within a minute of a row: n/a rather than a stale one
+    far = memory.timeline(rss, 600, dedup=[(0.0, {"entries": 1})])
+    assert far[0]["dedup"] == {"entries": 1} and far[-1]["dedup"] is None
 
 
 def test_chunks_bring_fresh_order_ids_everywhere_and_continue_in_event_time() -> None:
@@ -91,6 +221,12 @@ def test_chunk_size_keeps_generated_ids_recognisable() -> None:
 
 
 def test_report_has_a_memory_section_only_when_measured() -> None:
+    mib = memory.MIB
+    rss = [
+        (float(t), {"client": 180 * mib, "jvm": 650 * mib, "resolve workers": 400 * mib})
+        for t in range(0, 601, 5)
+    ]
+    dedup = memory.dedup_state(DEDUP_VERTICES, local_dir_bytes=9_000_000)
     m = {
         "mode": "process",
         "minutes": 10,
@@ -99,13 +235,27 @@ def test_report_has_a_memory_section_only_when_measured() -> None:
         "distinct_order_keys": 185_000,
         "ttl": {"dedup_ttl": "2m"},
         "sample_every_s": 5.0,
+        "rest_every_s": 15.0,
         "sent": 1_200_000,
         "ingested_after_drain": 1_200_000,
-        **memory.analyse(series(1000, 1), 600),
+        "timeline": memory.timeline(rss, 600, dedup=[(300.0, dedup)]),
+        "dedup": dedup,
+        "checkpoint": {"id": 7, "state_size": 3_000_000, "checkpointed_size": 500_000},
+        **memory.analyse(series(1000, 1), 600, ttl_s=120),
     }
     assert report._memory_lines(None) == []
     text = "\n".join(report._memory_lines(m))
-    assert "**flat**" in text and "185,000" in text and "Memory rule: flat if" in text
+    assert "**flat**" in text and "185,000" in text and "Memory rules: flat if" in text
+    assert "after the first dedup_ttl (2 min)" in text and "| **yes** |" in text
+    assert "| client MiB | jvm MiB | resolve workers MiB | total MiB | de-dup entries |" in text
+    assert "| 50 % | 5.0 | 180 | 650 | 400 | 1,230 | 150,000 |" in text
+    assert "150,000 entries; per entry in memory 21 B" in text and "40 B in SST files" in text
+    assert "20 B per entry" in text  # 3 MB checkpoint / 150,000 entries
+    # The job without RocksDB de-dup state: n/a, and a results.json from before the TTL rule still renders.
+    old = {k: v for k, v in m.items() if k not in ("timeline", "dedup", "fit", "slope_mib_per_min")}
+    old["second_half_slope_mib_per_min"] = 1.5
+    text = "\n".join(report._memory_lines(old))
+    assert "De-dup entries and bytes per entry: n/a" in text and "| 1.5 (" in text
 
 
 def test_ttl_overrides_cover_the_state_ttls_the_config_has() -> None:

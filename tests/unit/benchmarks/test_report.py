@@ -1,6 +1,8 @@
-"""The benchmark report's source-lag sentences (the numbers in the README come from these)."""
+"""The benchmark report's sentences and tables (the numbers in the README come from these)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from benchmarks import report
 
@@ -25,3 +27,60 @@ def test_source_lag_lines_name_both_measurements_and_a_failed_flink_run() -> Non
     assert "through Flink" in text and "p99 1300 ms, max 1400 ms over 119 of 120 commits" in text
     failed = "\n".join(report._source_lag_lines(reader, {"error": "boom"}))
     assert "the run failed" in failed and "p50 480 ms" in failed
+
+
+def scaling_results() -> dict[str, Any]:
+    """A results.json of a p=1/p=2 run, with the recorded busy summaries (test_busy's data)."""
+    from tests.unit.benchmarks.test_busy import DATA, recorded
+
+    def run(p: str, events_per_s: int) -> dict[str, Any]:
+        return {
+            "events_per_s": events_per_s,
+            "sustained_events_per_s": DATA["runs"][p]["sustained_events_per_s"],
+            "exactly_once_ok": True,
+            "busy": recorded(p),
+        }
+
+    return {
+        "settings": {"modes": ["process"], "flink": {"parallelism": "2"}, "project_parallelism": 8},
+        "workload": {"events": DATA["events"]},
+        "partitions": DATA["partitions"],
+        "ingest": {"process": [run("2", 4177)]},
+        "ingest_p": {"1": [run("1", 6564)]},
+    }
+
+
+def test_scaling_summary_per_parallelism_with_the_projection() -> None:
+    from benchmarks.__main__ import spread
+
+    results = scaling_results()
+    sc = report._scaling(results, spread)
+    assert sc is not None and sc["target"] == 8
+    assert list(sc["by_parallelism"]) == ["1", "2"]
+    p1, p2 = sc["by_parallelism"]["1"], sc["by_parallelism"]["2"]
+    assert p1["events_per_s"]["median"] == 6564 and p2["sustained_events_per_s"]["median"] == 21881
+    assert [v["parallelism"] for v in p2["vertices"]] == [2, 1]
+    assert [v["fixed"] for v in p2["vertices"]] == [False, True]
+    assert p2["projection"]["kafka"]["readers_with_work"] == 6
+    assert p2["bound_by"] == p2["vertices"][0]["name"]  # the source chain: two partitions on one reader
+    # runs without busy samples (busy sampling off): no section
+    assert (
+        report._scaling({**results, "ingest": {"process": [{"events_per_s": 1}]}, "ingest_p": {}}, spread)
+        is None
+    )
+
+
+def test_scaling_lines_render_rates_vertices_projection_and_rules() -> None:
+    from benchmarks.__main__ import spread
+
+    results = scaling_results()
+    results["summary"] = {"scaling": report._scaling(results, spread)}
+    text = "\n".join(report._scaling_lines(results, spark_sustained=10_000.0))
+    assert "**Throughput by parallelism**" in text and "same 96,497 events" in text
+    assert "| 1 | 6,564 (6,564–6,564, n=1) | 32,822 (32,822–32,822, n=1) | 3.28x |" in text
+    assert "| 2 | Source: kafka source records" in text and "| 2 | 70% | 99% | 30% | 0% |" in text
+    assert "(fixed parallelism) | 1 |" in text
+    assert "Projection to p=8 (assumption: 8 cores" in text
+    assert "Kafka caps it: the input has 8 partitions; at 8 source readers 6 get work" in text
+    assert "Busy ratio of a subtask" in text and "10 % of bronze's rows" in text
+    assert report._scaling_lines({"summary": {}, "settings": {"modes": ["process"]}}, None) == []

@@ -13,46 +13,17 @@ from typing import Any
 import pytest
 
 from lakestream.adapters import AdapterSettings
+from lakestream.keys import bucket_of, id_hash, subtask_of
 from lakestream.quality import QualityRules
 from lakestream.standard import BRONZE_SCHEMA, QUARANTINE_SCHEMA
+from tests.support.metrics import MetricsContext
 from udfs.checkpoint_markers import DATA, OPEN
 from udfs.delta_sink import DeltaSinkSpec
+from udfs.ingest_rows import HEADER, BatchPart, unpack_events
 from udfs.ingest_standardise import BRONZE, QUARANTINE, REVIEW, StandardiseFunction
 
 UTC = timezone.utc
 TOPIC = "payments.callbacks"
-
-
-class _Counter:
-    def __init__(self) -> None:
-        self.count = 0
-
-    def inc(self, n: int = 1) -> None:
-        self.count += n
-
-
-class _Group:
-    """Records counters by name; stands in for PyFlink's metric group (not part of what is tested)."""
-
-    def __init__(self) -> None:
-        self.counters: dict[str, _Counter] = {}
-
-    def add_group(self, *_: str) -> _Group:
-        return self
-
-    def counter(self, name: str) -> _Counter:
-        return self.counters.setdefault(name, _Counter())
-
-    def gauge(self, *_: Any) -> None:
-        pass
-
-
-class _Context:
-    def __init__(self) -> None:
-        self.group = _Group()
-
-    def get_metrics_group(self) -> _Group:
-        return self.group
 
 
 @pytest.fixture(autouse=True)
@@ -97,8 +68,10 @@ def test_one_batch_is_routed_and_counted_per_quality(tmp_path: Path) -> None:
             REVIEW: spec("review", BRONZE_SCHEMA),
             QUARANTINE: spec("quarantine", QUARANTINE_SCHEMA),
         },
+        parallelism=2,
+        max_parallelism=128,
     )
-    ctx = _Context()
+    ctx = MetricsContext()
     fn.open(ctx)
     list(fn.process_element((OPEN, -1, 0, 1, "run-1", None), None))
     future_ms = int((datetime.now(UTC) + timedelta(days=1)).timestamp() * 1000)
@@ -123,7 +96,22 @@ def test_one_batch_is_routed_and_counted_per_quality(tmp_path: Path) -> None:
         "records_rejected": 2,
         "kafka_batches": 2,
     }
-    # The gate gets one row per batch with its VALID events' times, in arrival order.
-    assert [(r[0], len(r[1])) for r in out] == [(f"{TOPIC}#0", 2), (f"{TOPIC}#0", 1)]
-    assert out[0][1] == [1717214400123, 1717214400123]
+    # Per batch: a header with the VALID events' times in arrival order, then the events by subtask.
+    rows = [BatchPart._make(r) for r in out]
+    headers = [r for r in rows if r.part == HEADER]
+    assert [(h.split, h.event_times) for h in headers] == [
+        (f"{TOPIC}#0", [1717214400123, 1717214400123]),
+        (f"{TOPIC}#0", [1717214400123]),
+    ]
+    first_parts = rows[1 : rows.index(headers[1])]
+    assert sorted(i for part in first_parts for i in part.positions) == [0, 1]
+    for part in first_parts:
+        assert part.events is not None
+        events = unpack_events(part.events)
+        ids = events.column("event_id").to_pylist()
+        assert ids == [["payments:P1", "payments:P2"][i] for i in part.positions]
+        assert part.buckets == [bucket_of("1001", eid, 128) for eid in ids]
+        assert {subtask_of(b, 2, 128) for b in part.buckets} == {part.part}
+        assert list(zip(part.id_hi, part.id_lo, strict=True)) == [id_hash(eid) for eid in ids]
+        assert part.event_times == [1717214400123] * len(ids) and part.late_watermarks is None
     fn.close()

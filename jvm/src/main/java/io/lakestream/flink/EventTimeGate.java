@@ -21,51 +21,68 @@ import org.apache.flink.types.Row;
 
 /**
  * Per-partition bounded-out-of-orderness watermarks, advanced record by record, that also stamp every
- * record with the watermark of its partition at its arrival: "late" is decided here, in Java.
+ * event with the watermark of its partition at its arrival: "late" is decided here, in Java.
  *
  * <p>Why here and not with Flink's {@code WatermarkStrategy} plus a lateness check downstream:
  * periodic generators emit on processing time, a Python operator holds its watermark for the whole
  * bundle in flight (PyFlink advances it only between bundles), and a watermark combined over several
  * partitions depends on how fast each partition happens to be read. Any of these makes "late at
  * arrival" change from run to run. Event times are only known after the Python adapters, so the
- * source's own per-split watermarks are not available; this operator computes them:
+ * source's own per-split watermarks are not available; this operator computes them.
+ *
+ * <p>Input rows have the layout of {@link #SPLIT} .. {@link #EVENTS}; per Kafka batch of one split
+ * ({@code "topic#partition"}), standardise sends a <em>header</em> row ({@code part = -1}, the VALID
+ * events' times in Kafka order) and then one <em>part</em> row per downstream subtask with events:
  *
  * <ul>
- *   <li>records are batches {@code (split, event_times_ms[], late_watermarks_ms[], payload)} of one
- *       source partition's events in arrival order ({@code split} names it, e.g. {@code "topic#3"});
- *       batches, not single events, because every record a Python operator emits costs a fixed
- *       crossing; the gate fills {@code late_watermarks_ms} ({@link #NOT_LATE} for events on time)
- *       and passes the payload through untouched; the record timestamp is the split's max event time;
- *   <li>per split, the watermark is {@code max(event_time_ms so far) - bound - 1} (Flink's
- *       {@code BoundedOutOfOrdernessWatermarks}). A record is late when its event time is at or below
- *       its split's watermark before the record (Flink's definition); {@code late_watermark_ms} is then
- *       set to that watermark. This depends only on the order of the split's
- *       own records, which Kafka fixes, so it is the same in every run and after every restore; and a
- *       partition read ahead of the others (any catch-up) never makes the others' records late;
- *   <li>the emitted Flink watermark, for event-time operators downstream, combines the splits like a
- *       source does: the minimum over the splits seen so far that are not idle, never moving backwards;
- *   <li>a split without records for {@code idleMillis} of processing time is idle: it leaves that
- *       minimum until its next record. When every split is idle (or none was ever seen) the output is
- *       marked IDLE so multi-input operators downstream are not held back; the next record marks it
- *       ACTIVE;
- *   <li>the per-split maxima and the emitted watermark are checkpointed (union state, max on restore).
+ *   <li>a header advances its split: per event, in order, the split's watermark is
+ *       {@code max(event time so far) - bound - 1} (Flink's {@code BoundedOutOfOrdernessWatermarks}) and
+ *       the event is late when its time is at or below it; the late watermarks are kept for the
+ *       split's parts until its next header. Headers are not emitted;
+ *   <li>a part gets {@code late_watermarks[k] = late[positions[k]]} ({@link #NOT_LATE} when on time)
+ *       and is emitted with the split's max event time as its timestamp; a part without a header
+ *       before it fails;
+ *   <li>the emitted Flink watermark combines the splits like a source does: the minimum over the
+ *       splits this subtask has seen (since it started) that are not idle, never moving backwards;
+ *   <li>a split without records for {@code idleMillis} of processing time is idle until its next
+ *       header; when every split is idle (or none was seen) the output is IDLE, the next header
+ *       makes it ACTIVE;
+ *   <li>the per-split maxima and the emitted watermark are checkpointed in union state: a restore at
+ *       any parallelism gives every subtask each split's max (the highest copy) and the lowest emitted
+ *       watermark of the snapshot's subtasks.
  * </ul>
  *
- * <p>Run it at parallelism 1 (one state for all splits, one combined watermark). Upstream watermarks
- * and idleness are ignored (the source has none), except the final MAX_WATERMARK of a bounded input,
+ * <p>It runs at the job's parallelism, chained after standardise: each split is read by exactly one
+ * source subtask, so its headers reach one gate subtask in Kafka order, and the decision depends only
+ * on the split's own records, the same in every run and after every restore. Upstream watermarks and
+ * idleness are ignored (the source has none), except the final MAX_WATERMARK of a bounded input,
  * which is forwarded.
  */
 public class EventTimeGate extends AbstractStreamOperator<Row>
         implements OneInputStreamOperator<Row, Row>, ProcessingTimeCallback {
 
-    private static final long serialVersionUID = 4L;
+    private static final long serialVersionUID = 5L;
 
-    /** Position of the split (source partition) id in the batch row. */
+    /** Field positions of the batch row (standardise's {@code BATCH_TYPE}). */
     public static final int SPLIT = 0;
-    /** Position of the event times (epoch millis, arrival order) in the batch row. */
-    public static final int EVENT_TIMES = 1;
-    /** Position of the late watermarks the gate fills in (one per event) in the batch row. */
-    public static final int LATE_WATERMARKS = 2;
+    /** {@code -1} in a header row, else the downstream subtask the part row is for. */
+    public static final int PART = 1;
+    /** Event times, epoch millis: a header's in Kafka order, a part's in the part's order. */
+    public static final int EVENT_TIMES = 2;
+    /** Per event of a part: its index in the header's {@link #EVENT_TIMES}. */
+    public static final int POSITIONS = 3;
+    /** Per event of a part: its bucket, a key group (see {@link BucketKeySelector}). */
+    public static final int BUCKETS = 4;
+    /** Per event of a part: high 64 bits of the hash of its event id. */
+    public static final int ID_HI = 5;
+    /** Per event of a part: low 64 bits of the hash of its event id. */
+    public static final int ID_LO = 6;
+    /** Per event of a part: filled in here, the split's watermark when late, else {@link #NOT_LATE}. */
+    public static final int LATE_WATERMARKS = 7;
+    /** A part's events as Arrow IPC (opaque here). */
+    public static final int EVENTS = 8;
+    /** {@link #PART} of a header row. */
+    public static final int HEADER = -1;
     /** Late watermark of an event that is not late. */
     public static final long NOT_LATE = Long.MIN_VALUE;
 
@@ -76,6 +93,8 @@ public class EventTimeGate extends AbstractStreamOperator<Row>
         long maxEventTime = Long.MIN_VALUE;
         long lastRecordAt;
         boolean idle;
+        /** Late watermarks of the split's last header, by header position (null before one). */
+        long[] late;
     }
 
     private final long boundMillis;
@@ -108,15 +127,23 @@ public class EventTimeGate extends AbstractStreamOperator<Row>
                                         "lakestream-split-max-event-time",
                                         Types.TUPLE(Types.STRING, Types.LONG)));
         splits = new HashMap<>();
-        watermark = Long.MIN_VALUE;
+        // Every subtask snapshots every split it knows; a split's reader has the highest copy. The
+        // watermark restarts at the lowest one emitted (downstream saw the minimum over subtasks), and
+        // restored splits count for it only once they send a header here: after a rescale most of
+        // them are read by other subtasks.
+        long restoredWatermark = Long.MAX_VALUE;
         for (Tuple2<String, Long> entry : state.get()) {
             if (WATERMARK_ENTRY.equals(entry.f0)) {
-                watermark = Math.max(watermark, entry.f1);
+                if (entry.f1 != Long.MIN_VALUE) {
+                    restoredWatermark = Math.min(restoredWatermark, entry.f1);
+                }
             } else {
                 Split split = splits.computeIfAbsent(entry.f0, k -> new Split());
                 split.maxEventTime = Math.max(split.maxEventTime, entry.f1);
+                split.idle = true;
             }
         }
+        watermark = restoredWatermark == Long.MAX_VALUE ? Long.MIN_VALUE : restoredWatermark;
     }
 
     @Override
@@ -137,17 +164,44 @@ public class EventTimeGate extends AbstractStreamOperator<Row>
 
     @Override
     public void processElement(StreamRecord<Row> element) throws Exception {
-        Row batch = element.getValue();
-        Object splitId = batch.getField(SPLIT);
-        Object times = batch.getField(EVENT_TIMES);
-        if (!(times instanceof long[]) || !(splitId instanceof String) || ((String) splitId).isEmpty()) {
+        Row row = element.getValue();
+        Object splitField = row.getField(SPLIT);
+        Object partField = row.getField(PART);
+        if (!(splitField instanceof String) || ((String) splitField).isEmpty()
+                || !(partField instanceof Integer)) {
             throw new IllegalStateException(
                     "EventTimeGate: a batch row needs a non-empty split id (STRING) at " + SPLIT
-                            + " and the event times in epoch milliseconds (ARRAY<BIGINT>) at "
-                            + EVENT_TIMES + ", got " + batch);
+                            + " and a part (INT, -1 for a header) at " + PART + ", got "
+                            + describe(splitField) + " " + splitField + " and " + describe(partField));
+        }
+        String splitId = (String) splitField;
+        int part = (Integer) partField;
+        if (part == HEADER) {
+            processHeader(splitId, row);
+        } else if (part >= 0) {
+            processPart(splitId, part, element);
+        } else {
+            throw new IllegalStateException(
+                    "EventTimeGate: split " + splitId + ": part must be -1 (header) or a subtask index, got "
+                            + part);
+        }
+    }
+
+    /** Advances the split event by event and keeps the late watermarks for its parts. */
+    private void processHeader(String splitId, Row header) throws Exception {
+        Object times = header.getField(EVENT_TIMES);
+        if (!(times instanceof long[])) {
+            throw new IllegalStateException(
+                    "EventTimeGate: split " + splitId + ": a header needs the event times in epoch"
+                            + " milliseconds (ARRAY<BIGINT>) at " + EVENT_TIMES + ", got "
+                            + describe(times));
         }
         long[] eventTimes = (long[]) times;
+        Split split = splits.get(splitId);
         if (eventTimes.length == 0) {
+            if (split != null) {
+                split.late = new long[0];
+            }
             return;
         }
         if (outputIdle) {
@@ -158,10 +212,9 @@ public class EventTimeGate extends AbstractStreamOperator<Row>
             lastRecordAt = getProcessingTimeService().getCurrentProcessingTime();
         }
         boolean recompute = false;
-        Split split = splits.get(splitId);
         if (split == null) {
             split = new Split();
-            splits.put((String) splitId, split);
+            splits.put(splitId, split);
             recompute = true;
         } else if (split.idle) {
             split.idle = false;
@@ -183,14 +236,52 @@ public class EventTimeGate extends AbstractStreamOperator<Row>
                 split.maxEventTime = eventTime;
             }
         }
-        batch.setField(LATE_WATERMARKS, late);
-        output.collect(element.replace(batch, split.maxEventTime));
+        split.late = late;
         // Only the split(s) at the minimum can move the minimum.
         recompute |= split.maxEventTime > before && before <= activeMin;
         if (recompute) {
             recomputeMin();
             advance();
         }
+    }
+
+    /** Fills in the part's late watermarks from its split's last header and emits it. */
+    private void processPart(String splitId, int part, StreamRecord<Row> element) {
+        Row row = element.getValue();
+        Split split = splits.get(splitId);
+        if (split == null || split.late == null) {
+            throw new IllegalStateException(
+                    "EventTimeGate: split " + splitId + ": part " + part
+                            + " arrived without a header row (part = -1) of its split before it");
+        }
+        Object positionsField = row.getField(POSITIONS);
+        if (!(positionsField instanceof int[])) {
+            throw new IllegalStateException(
+                    "EventTimeGate: split " + splitId + ": part " + part + " needs its events' header"
+                            + " positions (ARRAY<INT>) at " + POSITIONS + ", got "
+                            + describe(positionsField));
+        }
+        int[] positions = (int[]) positionsField;
+        long[] late = split.late;
+        long[] partLate = new long[positions.length];
+        for (int k = 0; k < positions.length; k++) {
+            int position = positions[k];
+            if (position < 0 || position >= late.length) {
+                throw new IllegalStateException(
+                        "EventTimeGate: split " + splitId + ": part " + part + ": positions[" + k + "] = "
+                                + position + " is outside the header's " + late.length + " events");
+            }
+            partLate[k] = late[position];
+        }
+        row.setField(LATE_WATERMARKS, partLate);
+        output.collect(element.replace(row, split.maxEventTime));
+    }
+
+    static String describe(Object value) {
+        if (value == null) {
+            return "null";
+        }
+        return value.getClass().getSimpleName();
     }
 
     private void recomputeMin() {

@@ -1,0 +1,159 @@
+package io.lakestream.flink;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+
+import java.util.ArrayList;
+import java.util.List;
+
+import org.apache.flink.api.common.JobID;
+import org.apache.flink.api.common.typeinfo.Types;
+import org.apache.flink.runtime.checkpoint.OperatorSubtaskState;
+import org.apache.flink.runtime.operators.testutils.MockEnvironment;
+import org.apache.flink.runtime.operators.testutils.MockEnvironmentBuilder;
+import org.apache.flink.runtime.operators.testutils.MockInputSplitProvider;
+import org.apache.flink.runtime.state.StateBackend;
+import org.apache.flink.runtime.state.hashmap.HashMapStateBackend;
+import org.apache.flink.state.rocksdb.EmbeddedRocksDBStateBackend;
+import org.apache.flink.streaming.api.operators.OneInputStreamOperator;
+import org.apache.flink.streaming.runtime.streamrecord.StreamRecord;
+import org.apache.flink.streaming.util.AbstractStreamOperatorTestHarness;
+import org.apache.flink.streaming.util.KeyedOneInputStreamOperatorTestHarness;
+import org.apache.flink.streaming.util.OneInputStreamOperatorTestHarness;
+import org.apache.flink.types.Row;
+
+/** Harness construction, rescaling and row builders shared by the operator tests. */
+final class Harnesses {
+
+    static final int MAX_PARALLELISM = 128;
+
+    private Harnesses() {}
+
+    /** A task environment of one subtask of job {@code job}. */
+    static MockEnvironment env(JobID job, int maxParallelism, int parallelism, int subtask) {
+        return new MockEnvironmentBuilder()
+                .setTaskName("test")
+                .setJobID(job)
+                .setManagedMemorySize(3 * 1024 * 1024)
+                .setInputSplitProvider(new MockInputSplitProvider())
+                .setBufferSize(1024)
+                .setMaxParallelism(maxParallelism)
+                .setParallelism(parallelism)
+                .setSubtaskIndex(subtask)
+                .build();
+    }
+
+    static <IN> OneInputStreamOperatorTestHarness<IN, Row> oneInput(
+            OneInputStreamOperator<IN, Row> operator, JobID job, int parallelism, int subtask)
+            throws Exception {
+        return new OneInputStreamOperatorTestHarness<>(
+                operator, env(job, MAX_PARALLELISM, parallelism, subtask));
+    }
+
+    static KeyedOneInputStreamOperatorTestHarness<Integer, Row, Row> keyed(
+            OneInputStreamOperator<Row, Row> operator,
+            JobID job,
+            int maxParallelism,
+            int parallelism,
+            int subtask,
+            String backend)
+            throws Exception {
+        KeyedOneInputStreamOperatorTestHarness<Integer, Row, Row> harness =
+                new KeyedOneInputStreamOperatorTestHarness<>(
+                        operator,
+                        new BucketKeySelector(maxParallelism),
+                        Types.INT,
+                        env(job, maxParallelism, parallelism, subtask));
+        harness.setStateBackend(backend(backend));
+        return harness;
+    }
+
+    static StateBackend backend(String name) {
+        switch (name) {
+            case "hashmap":
+                return new HashMapStateBackend();
+            case "rocksdb":
+                return new EmbeddedRocksDBStateBackend();
+            default:
+                throw new IllegalArgumentException(name);
+        }
+    }
+
+    /** The state subtask {@code subtask} of {@code newParallelism} gets from these snapshots. */
+    static OperatorSubtaskState rescale(
+            List<OperatorSubtaskState> snapshots, int maxParallelism, int newParallelism, int subtask)
+            throws Exception {
+        OperatorSubtaskState merged =
+                AbstractStreamOperatorTestHarness.repackageState(
+                        snapshots.toArray(new OperatorSubtaskState[0]));
+        return AbstractStreamOperatorTestHarness.repartitionOperatorState(
+                merged, maxParallelism, snapshots.size(), newParallelism, subtask);
+    }
+
+    // ---- marker rows (CheckpointEpochOperator.outputType)
+
+    static int kind(Row marker) {
+        return (Integer) marker.getField(0);
+    }
+
+    static long checkpointId(Row marker) {
+        return (Long) marker.getField(1);
+    }
+
+    static String runId(Row marker) {
+        return (String) marker.getField(4);
+    }
+
+    static Row payload(Row marker) {
+        return (Row) marker.getField(5);
+    }
+
+    /** The marker rows emitted so far, and clears the output. */
+    static List<Row> drain(AbstractStreamOperatorTestHarness<Row> harness) {
+        List<Row> rows = new ArrayList<>(harness.extractOutputValues());
+        harness.getOutput().clear();
+        return rows;
+    }
+
+    /** The kinds of the marker rows, in order. */
+    static List<Integer> kinds(List<Row> markers) {
+        List<Integer> kinds = new ArrayList<>();
+        for (Row m : markers) {
+            kinds.add(kind(m));
+        }
+        return kinds;
+    }
+
+    /** The DATA payloads among the marker rows, in order. */
+    static List<Row> payloads(List<Row> markers) {
+        List<Row> out = new ArrayList<>();
+        for (Row m : markers) {
+            if (kind(m) == CheckpointEpochOperator.DATA) {
+                out.add(payload(m));
+            }
+        }
+        return out;
+    }
+
+    static void assertOpen(Row marker, long restored, String runId, int subtask, int parallelism) {
+        assertEquals(
+                Row.of(CheckpointEpochOperator.OPEN, restored, subtask, parallelism, runId, null), marker);
+    }
+
+    // ---- gate rows (standardise's BATCH_TYPE)
+
+    static Row header(String split, long... eventTimes) {
+        return Row.of(split, EventTimeGate.HEADER, eventTimes, new int[0], new int[0], new long[0],
+                new long[0], null, null);
+    }
+
+    /** A part row; ids are {@code (hi, lo)} pairs, buckets per event. */
+    static Row part(
+            String split, int part, long[] eventTimes, int[] positions, int[] buckets, long[] idHi,
+            long[] idLo, byte[] events) {
+        return Row.of(split, part, eventTimes, positions, buckets, idHi, idLo, null, events);
+    }
+
+    static StreamRecord<Row> record(Row row) {
+        return new StreamRecord<>(row);
+    }
+}

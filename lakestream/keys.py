@@ -1,0 +1,68 @@
+"""The keys the ingest job partitions and de-duplicates by, as pure functions.
+
+An event's *bucket* is the Flink key group of its order (of its own event id when it has no order), so
+one order's events, and every copy of one event, meet in one subtask at any parallelism; its *id hash*
+is a 128-bit digest of its event id, the key of the de-dup state. Which subtask owns a bucket is Flink's
+``KeyGroupRangeAssignment.computeOperatorIndexForKeyGroup`` (DESIGN.md section 2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from hashlib import blake2b
+from typing import NamedTuple
+
+#: Flink's bounds on the number of key groups (``KeyGroupRangeAssignment.UPPER_BOUND_MAX_PARALLELISM``).
+MAX_KEY_GROUPS = 1 << 15
+
+
+def id_hash(event_id: str) -> tuple[int, int]:
+    """The event id's 128-bit BLAKE2b digest as two signed 64-bit halves (Java ``long``s)."""
+    digest = blake2b(event_id.encode("utf-8"), digest_size=16).digest()
+    return int.from_bytes(digest[:8], "big", signed=True), int.from_bytes(digest[8:], "big", signed=True)
+
+
+def bucket_of(order_id: str | None, event_id: str, max_parallelism: int) -> int:
+    """The bucket (key group, ``0 <= bucket < max_parallelism``) of an event's order, else of its id."""
+    key = order_id if order_id is not None else event_id
+    digest = blake2b(key.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % max_parallelism
+
+
+def subtask_of(bucket: int, parallelism: int, max_parallelism: int) -> int:
+    """The subtask that owns a key group (Flink's ``computeOperatorIndexForKeyGroup``)."""
+    return bucket * parallelism // max_parallelism
+
+
+class Part(NamedTuple):
+    """The events of one batch that go to one subtask, as positions into the batch, in batch order."""
+
+    subtask: int
+    positions: list[int]
+    buckets: list[int]
+    id_hi: list[int]
+    id_lo: list[int]
+
+
+def split_by_subtask(
+    order_ids: Sequence[str | None], event_ids: Sequence[str], *, parallelism: int, max_parallelism: int
+) -> list[Part]:
+    """Group a batch's events by the subtask owning their bucket (subtasks in ascending order)."""
+    if not 1 <= parallelism <= max_parallelism <= MAX_KEY_GROUPS:
+        raise ValueError(
+            f"flink.parallelism ({parallelism}) must be at least 1 and at most flink.max_parallelism "
+            f"({max_parallelism}), itself at most {MAX_KEY_GROUPS}"
+        )
+    parts: dict[int, Part] = {}
+    for i, (order_id, event_id) in enumerate(zip(order_ids, event_ids, strict=True)):
+        bucket = bucket_of(order_id, event_id, max_parallelism)
+        subtask = bucket * parallelism // max_parallelism
+        part = parts.get(subtask)
+        if part is None:
+            part = parts[subtask] = Part(subtask, [], [], [], [])
+        hi, lo = id_hash(event_id)
+        part.positions.append(i)
+        part.buckets.append(bucket)
+        part.id_hi.append(hi)
+        part.id_lo.append(lo)
+    return [parts[s] for s in sorted(parts)]

@@ -1,0 +1,70 @@
+"""Running the ingest job as a user would, for integration tests: topics, an unbounded run, waiting."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+
+from devtools.kafka_broker import create_topic
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCES = ("orders_db", "payments", "logistics", "behaviour")
+
+
+def table_rows(lakehouse: Path, table: str) -> int:
+    try:
+        return int(DeltaTable(str(lakehouse / table)).to_pyarrow_dataset().count_rows())
+    except TableNotFoundError:
+        return 0
+
+
+def setup_topics(
+    kafka: str, tmp_path: Path, lakehouse: Path, *, partitions: int = 3
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Fresh topics (``partitions`` each) and the job's environment overrides."""
+    run = f"ingest{int(time.time() * 1000) % 10**8}"
+    topics = {s: f"{run}.{s}" for s in SOURCES}
+    for topic in topics.values():
+        create_topic(kafka, topic, partitions=partitions)
+    env = {
+        "LAKESTREAM__KAFKA__BOOTSTRAP_SERVERS": kafka,
+        "LAKESTREAM__KAFKA__GROUP_ID": run,
+        **{f"LAKESTREAM__KAFKA__TOPICS__{s.upper()}": t for s, t in topics.items()},
+        "LAKESTREAM__LAKEHOUSE__ROOT": str(lakehouse),
+        "LAKESTREAM__FLINK__CHECKPOINT_DIR": str(tmp_path / "checkpoints"),
+        "LAKESTREAM__FLINK__CHECKPOINT_INTERVAL": '"1s"',
+        "LAKESTREAM__FLINK__PARALLELISM": "2",
+        "LAKESTREAM__EVENT_TIME__MAX_OUT_OF_ORDERNESS": '"30m"',
+    }
+    return topics, env
+
+
+def start_unbounded(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "flink_jobs", "ingest"],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group: the MiniCluster JVM and Python workers die with it
+    )
+
+
+def wait_for(
+    lakehouse: Path, counts: dict[str, int], proc: subprocess.Popen[bytes], log: Path, timeout: float = 150
+) -> None:
+    """Until every table has at least its count of committed rows (the job keeps running)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(table_rows(lakehouse, t) >= n for t, n in counts.items()):
+            return
+        assert proc.poll() is None, f"job exited early:\n{log.read_text()[-4000:]}"
+        time.sleep(0.5)
+    got = {t: table_rows(lakehouse, t) for t in counts}
+    raise AssertionError(f"tables {got}, expected {counts}\n{log.read_text()[-4000:]}")

@@ -1,0 +1,132 @@
+"""RSS per process kind: which process of a run's tree is which, on recorded command lines and stacks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks import procs
+
+VENV = "/work/x/.venv"
+#: A bounded ingest run's tree at p=2 as ``ps`` showed it (pid, name, command line).
+TREE = [
+    (100, "python", [f"{VENV}/bin/python", "-m", "benchmarks.ingest_run", "--bootstrap", "127.0.0.1:1"]),
+    (101, "java", ["java", "-XX:TieredStopAtLevel=1", "org.apache.flink.client.python.PythonGatewayServer"]),
+    (
+        102,
+        "bash",
+        ["bash", f"{VENV}/lib/python3.11/site-packages/pyflink/bin/pyflink-udf-runner.sh", "--id=1-1"],
+    ),
+    (103, "python", [f"{VENV}/bin/python", "-m", "pyflink.fn_execution.beam.beam_boot", "--id=1-1"]),
+    (104, "tee", ["tee", "/tmp/python-dist-x/flink-python-udf-boot.log"]),
+    (105, "python", [f"{VENV}/bin/python", "-m", "pyflink.fn_execution.beam.beam_boot", "--id=2-1"]),
+    (106, "python", [f"{VENV}/bin/python", "-m", "pyflink.fn_execution.beam.beam_boot", "--id=3-1"]),
+]
+#: Excerpts of ``py-spy dump`` of a worker inside a bundle and of one between bundles.
+STANDARDISE_STACK = """Thread 0x7F (idle): "MainThread"
+    _process (udfs/ingest_standardise.py:181)
+    process_element (udfs/ingest_standardise.py:142)
+    _run_bundle (apache_beam/runners/worker/sdk_worker.py:486)
+"""
+RESOLVE_STACK = """    fold (udfs/ingest_resolve.py:90)
+    process_bundle (apache_beam/runners/worker/bundle_processor.py:1)
+"""
+IDLE_STACK = """Thread 0x7F (idle): "MainThread"
+    wait (threading.py:327)
+    run (apache_beam/runners/worker/sdk_worker.py:262)
+    main (pyflink/fn_execution/beam/beam_sdk_worker_main.py:38)
+"""
+
+
+def kind_of(pid: int, name: str, cmd: list[str], workers: dict[int, str]) -> str:
+    return procs.process_kind(is_root=pid == 100, name=name, cmdline=cmd, worker_kind=workers.get(pid))
+
+
+def test_process_kinds_of_a_recorded_tree() -> None:
+    workers = {103: procs.STANDARDISE, 106: procs.RESOLVE}
+    kinds = {pid: kind_of(pid, name, cmd, workers) for pid, name, cmd in TREE}
+    assert kinds == {
+        100: procs.CLIENT,
+        101: procs.JVM,
+        102: procs.OTHER,
+        103: procs.STANDARDISE,
+        104: procs.OTHER,
+        105: procs.WORKER,  # not told apart yet
+        106: procs.RESOLVE,
+    }
+    assert not procs.is_beam_worker(TREE[0][2]) and procs.is_beam_worker(TREE[3][2])
+    # A Python child that is no Beam worker (e.g. Spark's) is "other python", not a worker.
+    assert kind_of(7, "python3", ["python3", "-m", "pyspark.daemon"], {}) == procs.PYTHON
+
+
+def test_worker_kind_from_its_stack() -> None:
+    assert procs.worker_kind_from_stack(STANDARDISE_STACK) == procs.STANDARDISE
+    assert procs.worker_kind_from_stack(RESOLVE_STACK) == procs.RESOLVE
+    assert procs.worker_kind_from_stack(IDLE_STACK) is None
+    assert procs.worker_kind_from_stack("") is None
+
+
+def test_rss_grouped_per_kind() -> None:
+    mib = procs.MIB
+    pairs = [
+        (procs.CLIENT, 180 * mib),
+        (procs.JVM, 650 * mib),
+        (procs.STANDARDISE, 250 * mib),
+        (procs.STANDARDISE, 260 * mib),
+        (procs.RESOLVE, 370 * mib),
+        (procs.OTHER, 5 * mib),
+        (procs.OTHER, 9 * mib),
+    ]
+    out = procs.group_rss(pairs)
+    assert out == {
+        procs.CLIENT: 180 * mib,
+        procs.JVM: 650 * mib,
+        procs.STANDARDISE: 510 * mib,
+        procs.RESOLVE: 370 * mib,
+        procs.OTHER: 14 * mib,
+    }
+    assert procs.group_rss([]) == {}
+
+
+#: Vertices of the ingest job as Flink's REST API names them (p=2; p=1 chains everything into one task).
+VERTICES_P2: dict[str, dict[str, Any]] = {
+    "a": {
+        "name": "Source: kafka source records -> kafka batches + standardise markers -> "
+        "standardise + bronze/review/quarantine writers",
+        "parallelism": 2,
+    },
+    "b": {
+        "name": "event-time gate -> resolve markers -> resolve orders + late/silver writers -> "
+        "resolve reports: Writer",
+        "parallelism": 1,
+    },
+}
+VERTICES_P1 = {"c": {"name": VERTICES_P2["a"]["name"] + " -> " + VERTICES_P2["b"]["name"], "parallelism": 1}}
+VERTICES_KEYED = {
+    "a": {"name": "Source: kafka source records -> standardise + w -> event-time gate", "parallelism": 4},
+    "b": {
+        "name": "de-dup by event id + resolve markers -> resolve orders + late/silver writers",
+        "parallelism": 4,
+    },
+}
+
+
+def test_expected_workers_are_the_python_operators_times_their_parallelism() -> None:
+    assert procs.expected_workers(VERTICES_P2) == {procs.STANDARDISE: 2, procs.RESOLVE: 1}
+    assert procs.expected_workers(VERTICES_P1) == {procs.STANDARDISE: 1, procs.RESOLVE: 1}
+    assert procs.expected_workers(VERTICES_KEYED) == {procs.STANDARDISE: 4, procs.RESOLVE: 4}
+    assert procs.expected_workers({}) == {}
+
+
+def test_the_last_unclassified_workers_are_the_kind_still_short() -> None:
+    expected = {procs.STANDARDISE: 2, procs.RESOLVE: 1}
+    assert procs.by_elimination({103: procs.STANDARDISE, 106: procs.RESOLVE}, [103, 105, 106], expected) == {
+        105: procs.STANDARDISE
+    }
+    assert procs.by_elimination({106: procs.RESOLVE}, [103, 105, 106], expected) == {
+        103: procs.STANDARDISE,
+        105: procs.STANDARDISE,
+    }
+    # two kinds short, or the count does not match: no guess
+    assert procs.by_elimination({103: procs.STANDARDISE}, [103, 105, 106], expected) == {}
+    assert procs.by_elimination({106: procs.RESOLVE}, [103, 105, 106, 107], expected) == {}
+    assert procs.by_elimination({}, [], expected) == {}

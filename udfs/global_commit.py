@@ -1,0 +1,136 @@
+"""The Flink face of the global committer: committables in, one Delta commit per checkpoint and table out.
+
+Writer subtasks of tables in global commit mode (``DeltaSinkSpec(commit="global")``) emit one
+``COMMITTABLE_TYPE`` row per prepared manifest (``committable_row``). ``commit_globally`` routes them
+through a ``CheckpointEpochOperator`` at parallelism 1 into ``GlobalCommitterFunction``, which drives one
+``sinks.global_committer.GlobalCommitter`` per table on the markers: DATA collects, COMMIT(n) commits
+everything <= n, END_OF_INPUT (all inputs ended) commits the rest. No state, no recovery: the writer
+subtasks' OPEN resolves what a crashed attempt left (DESIGN.md section 3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pyflink.common import Row, Types
+from pyflink.datastream import ProcessFunction, RuntimeContext
+
+from sinks.committable import Committable
+from udfs.checkpoint_markers import COMMIT, DATA, END_OF_INPUT, OPEN, Marker, discard, with_checkpoint_markers
+from udfs.delta_sink import COMMIT_GAUGES, DeltaSinkSpec, gauge_reader
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyflink.datastream import DataStream
+
+    from sinks.global_committer import GlobalCommitter
+    from sinks.writer_metrics import CommitResult
+
+#: A ``sinks.committable.Committable`` as a Flink row (same field names and order).
+COMMITTABLE_TYPE = Types.ROW_NAMED(
+    list(Committable._fields),
+    [Types.STRING(), Types.STRING(), Types.STRING(), Types.INT(), Types.LONG(), Types.STRING()],
+)
+
+
+def committable_row(committable: Committable) -> Row:
+    """The ``COMMITTABLE_TYPE`` row an operator yields for ``committable``."""
+    return Row(*committable)
+
+
+class GlobalCommitterFunction(ProcessFunction):  # type: ignore[misc]
+    """Commits the committables of the writer subtasks of ``specs`` (all in global commit mode)."""
+
+    def __init__(self, specs: Sequence[DeltaSinkSpec]) -> None:
+        by_prefix: dict[str, DeltaSinkSpec] = {}
+        for spec in specs:
+            if spec.commit != "global":
+                raise ValueError(f"{spec.app_prefix}: the global committer takes tables with commit='global'")
+            if spec.app_prefix in by_prefix:
+                raise ValueError(f"{spec.app_prefix}: two tables share one app prefix")
+            by_prefix[spec.app_prefix] = spec
+        if not by_prefix:
+            raise ValueError("the global committer needs at least one table")
+        self.specs = by_prefix
+        self.committers: dict[str, GlobalCommitter] = {}
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        """The commit gauges of each table (group ``delta_table.<app prefix>``); the subtasks no longer
+        report those for a table in global commit mode, only their buffers."""
+        for prefix in self.specs:
+            group = runtime_context.get_metrics_group().add_group("delta_table", prefix)
+            for gauge, attr in COMMIT_GAUGES.items():
+                group.gauge(gauge, gauge_reader(self._metrics_of(prefix), attr))
+
+    def _metrics_of(self, prefix: str) -> Any:
+        def metrics() -> Any:
+            committer = self.committers.get(prefix)
+            return None if committer is None else committer.metrics
+
+        return metrics
+
+    def process_element(self, value: Any, ctx: ProcessFunction.Context) -> Iterator[str]:
+        """A committable (DATA) to collect, or a marker: commit reports out."""
+        marker = Marker.of(value)
+        kind = marker.kind
+        results: list[CommitResult] = []
+        if kind == DATA:
+            committable = Committable._make(marker.payload)
+            committer = self.committers.get(committable.app_prefix)
+            if committer is None:
+                raise ValueError(
+                    f"committable of {committable.app_prefix!r}, which this committer does not commit "
+                    f"(it has {', '.join(self.specs)})"
+                )
+            committer.add(committable)
+        elif kind == OPEN:
+            self._open(marker)
+        elif kind == COMMIT:
+            results = [c.commit(marker.checkpoint_id) for c in self.committers.values()]
+        elif kind == END_OF_INPUT:
+            results = [c.end_of_input() for c in self.committers.values()]
+        for prefix, result in zip(self.committers, results, strict=False):
+            if result.committed:
+                yield f"{prefix}: {result}"
+
+    def _open(self, marker: Marker) -> None:
+        from sinks.global_committer import GlobalCommitter
+
+        if marker.parallelism != 1:
+            raise ValueError(
+                f"the global committer runs at parallelism {marker.parallelism}: it must run at 1, or each "
+                "of its subtasks would commit a part of every checkpoint"
+            )
+        for prefix, spec in self.specs.items():
+            committer = GlobalCommitter(
+                table_uri=spec.table_uri,
+                app_prefix=spec.app_prefix,
+                schema=spec.schema,
+                mode=spec.mode,
+                partition_by=list(spec.partition_by) or None,
+                merge=spec.merge,
+                target_file_size=spec.target_file_size,
+                **spec.writer_options,
+            )
+            committer.open()
+            self.committers[prefix] = committer
+
+    def close(self) -> None:
+        """Drop the collected committables; their manifests stay for the writers' next OPEN."""
+        for committer in self.committers.values():
+            committer.close()
+
+
+def commit_globally(stream: DataStream, specs: Sequence[DeltaSinkSpec], *, name: str, uid: str) -> None:
+    """Commit the ``COMMITTABLE_TYPE`` rows of ``stream`` (any parallelism) at parallelism 1.
+
+    Operator uids: ``<uid>-markers`` (the marker operator), ``<uid>`` (the committer), ``<uid>-end``.
+    """
+    marked = with_checkpoint_markers(stream, name=f"{name} markers", uid=f"{uid}-markers", parallelism=1)
+    reports = (
+        marked.process(GlobalCommitterFunction(specs), output_type=Types.STRING())
+        .name(name)
+        .uid(uid)
+        .set_parallelism(1)
+    )
+    discard(reports, name=f"{name} end", uid=f"{uid}-end", parallelism=1)
