@@ -1,5 +1,6 @@
 """The ingest job graph as Flink builds it (a real JVM in a child process, nothing executed): the stable
-operator uids that checkpoints are restored by, and the silver committer alone at parallelism 1."""
+operator uids that checkpoints are restored by, every stage at the job's parallelism, the stream keyed
+in front of the de-dup operator, and the silver committer alone at parallelism 1."""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ UIDS = {
     "ingest-standardise-markers",
     "ingest-standardise",
     "ingest-event-time-gate",
-    "ingest-resolve-markers",
+    "ingest-dedup",
     "ingest-resolve-orders",
     "ingest-silver-committer-markers",
     "ingest-silver-committer",
@@ -70,7 +71,19 @@ def test_operator_uids_and_the_silver_committer(tmp_path: Path) -> None:
     # Checkpoints are restored by uid: every operator has a stable one (a changed or missing uid loses
     # or orphans that operator's state on upgrade; see the README's upgrade notes).
     assert set(nodes) == UIDS
-    assert nodes["ingest-standardise"]["parallelism"] == 3
+    for uid in UIDS - {
+        "ingest-silver-committer-markers",
+        "ingest-silver-committer",
+        "ingest-silver-committer-end",
+    }:
+        assert nodes[uid]["parallelism"] == 3, uid
+    # Keyed by bucket in front of the de-dup operator; everything else is forward.
+    [(source, partitioner)] = nodes["ingest-dedup"]["in"]
+    assert source == "ingest-event-time-gate" and partitioner == "HASH"
+    [(source, partitioner)] = nodes["ingest-resolve-orders"]["in"]
+    assert source == "ingest-dedup" and partitioner == "FORWARD"
+    [(source, partitioner)] = nodes["ingest-event-time-gate"]["in"]
+    assert source == "ingest-standardise" and partitioner == "FORWARD"
     for uid in ("ingest-silver-committer-markers", "ingest-silver-committer", "ingest-silver-committer-end"):
         assert nodes[uid]["parallelism"] == 1
     # The committer's marker operator reads the resolve operator's committables, the committer reads it.
