@@ -4,9 +4,7 @@ late events, duplicates and silver changes land in that commit's ``lakestream.co
 
 from __future__ import annotations
 
-import gc
 import json
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -32,14 +30,6 @@ from udfs.ingest_rows import NOT_LATE, bronze_row, pack_events
 
 UTC = timezone.utc
 NOW = datetime(2024, 6, 1, 12, 0, tzinfo=UTC)
-
-
-@pytest.fixture(autouse=True)
-def _restore_gc() -> Iterator[None]:
-    before = gc.get_threshold()
-    yield
-    gc.unfreeze()
-    gc.set_threshold(*before)
 
 
 def payment(pay_id: str, order: str | None, minute: int) -> StandardEvent:

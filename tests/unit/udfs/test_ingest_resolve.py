@@ -8,8 +8,6 @@ is held to the independent oracle.
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
@@ -31,14 +29,6 @@ from udfs.ingest_rows import NOT_LATE, bronze_row, epoch_millis, pack_events
 UTC = timezone.utc
 T0 = datetime(2024, 6, 1, 4, 0, tzinfo=UTC)
 INGESTED = datetime(2024, 6, 1, 5, 0, tzinfo=UTC)
-
-
-@pytest.fixture(autouse=True)
-def _restore_gc() -> Iterator[None]:
-    before = gc.get_threshold()
-    yield
-    gc.unfreeze()
-    gc.set_threshold(*before)
 
 
 def event(eid: str, minute: int, *, order_id: str | None = "1001", **fields: Any) -> StandardEvent:

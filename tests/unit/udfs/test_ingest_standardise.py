@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import gc
 import json
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from lakestream.adapters import AdapterSettings
 from lakestream.keys import bucket_of, id_hash, subtask_of
@@ -24,14 +20,6 @@ from udfs.ingest_standardise import BRONZE, QUARANTINE, REVIEW, StandardiseFunct
 
 UTC = timezone.utc
 TOPIC = "payments.callbacks"
-
-
-@pytest.fixture(autouse=True)
-def _restore_gc() -> Iterator[None]:
-    before = gc.get_threshold()
-    yield
-    gc.unfreeze()
-    gc.set_threshold(*before)
 
 
 def _kafka_batch(values: list[bytes | None]) -> tuple[Any, ...]:
