@@ -55,14 +55,14 @@ class GlobalCommitter:
     ) -> None:
         if not app_prefix:
             raise ValueError("app_prefix is empty: it must be the writers' app prefix")
-        self.spec = TableSpec(
+        self.spec = TableSpec.of(
             table_uri=table_uri,
             schema=schema,
             mode=mode,
-            partition_by=tuple(partition_by or ()),
+            partition_by=partition_by,
             merge=merge,
             target_file_size=target_file_size,
-            storage_options=dict(storage_options) if storage_options else None,
+            storage_options=storage_options,
         )
         self.app_prefix = app_prefix
         self.retry = retry or RetryPolicy()

@@ -6,6 +6,7 @@ columns, mode, merge keys, file size); a frozen, validated ``TableSpec`` keeps t
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -32,6 +33,29 @@ class TableSpec:
     merge: MergeSpec | None = None
     target_file_size: int = DEFAULT_TARGET_FILE_SIZE
     storage_options: dict[str, str] | None = None
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        table_uri: str,
+        schema: pa.Schema,
+        mode: WriteMode = "append",
+        partition_by: Sequence[str] | None = None,
+        merge: MergeSpec | None = None,
+        target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
+        storage_options: Mapping[str, str] | None = None,
+    ) -> TableSpec:
+        """The spec from the keyword options the writer and the global committer take."""
+        return cls(
+            table_uri=table_uri,
+            schema=schema,
+            mode=mode,
+            partition_by=tuple(partition_by or ()),
+            merge=merge,
+            target_file_size=target_file_size,
+            storage_options=dict(storage_options) if storage_options else None,
+        )
 
     def __post_init__(self) -> None:
         mode, schema, merge = self.mode, self.schema, self.merge

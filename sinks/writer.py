@@ -55,14 +55,14 @@ class TwoPhaseDeltaWriter:
             raise ValueError("app_prefix is empty: it names the Delta txn app ids, give it a stable value")
         if commit_mode not in COMMIT_MODES:
             raise ValueError(f"commit_mode must be one of {', '.join(COMMIT_MODES)}, got {commit_mode!r}")
-        self.spec = TableSpec(
+        self.spec = TableSpec.of(
             table_uri=table_uri,
             schema=schema,
             mode=mode,
-            partition_by=tuple(partition_by or ()),
+            partition_by=partition_by,
             merge=merge,
             target_file_size=target_file_size,
-            storage_options=dict(storage_options) if storage_options else None,
+            storage_options=storage_options,
         )
         self.app_prefix = app_prefix
         self.commit_mode: CommitMode = commit_mode
