@@ -28,6 +28,7 @@ from udfs.checkpoint_markers import (
     discard,
     with_checkpoint_markers,
 )
+from udfs.worker_memory import return_free_memory
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyflink.datastream import DataStream
@@ -223,6 +224,7 @@ class TableWriters:
                 writer.prepare(checkpoint_id, counts.get(name))
         elif kind == COMMIT:
             results = [writer.commit(checkpoint_id) for writer in self.writers.values()]
+            return_free_memory()  # this checkpoint's batches and files are gone
         elif kind == END_OF_INPUT:
             for name, writer in self.writers.items():
                 self._flush(name)

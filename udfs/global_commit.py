@@ -19,6 +19,7 @@ from pyflink.datastream import ProcessFunction, RuntimeContext
 from sinks.committable import Committable
 from udfs.checkpoint_markers import COMMIT, DATA, END_OF_INPUT, OPEN, Marker, discard, with_checkpoint_markers
 from udfs.delta_sink import COMMIT_GAUGES, DeltaSinkSpec, gauge_reader
+from udfs.worker_memory import return_free_memory
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyflink.datastream import DataStream
@@ -87,6 +88,7 @@ class GlobalCommitterFunction(ProcessFunction):  # type: ignore[misc]
             self._open(marker)
         elif kind == COMMIT:
             results = [c.commit(marker.checkpoint_id) for c in self.committers.values()]
+            return_free_memory()  # a MERGE's working set is freed, but kept by the allocators
         elif kind == END_OF_INPUT:
             results = [c.end_of_input() for c in self.committers.values()]
         for prefix, result in zip(self.committers, results, strict=False):
