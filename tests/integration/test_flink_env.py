@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -24,17 +25,20 @@ PROBE = textwrap.dedent(
         "args": list(bean.getInputArguments()),
         "object_reuse": env.get_config().is_object_reuse_enabled(),
         "jvm_args_left": os.environ.get("JVM_ARGS"),
+        "jvm_arenas": get_gateway().jvm.java.lang.System.getenv("MALLOC_ARENA_MAX"),
     }))
     """
 )
 
 
-def _probe(tmp_path: Path, options: list[str]) -> dict[str, object]:
+def _probe(tmp_path: Path, options: list[str], environ: dict[str, str] | None = None) -> dict[str, object]:
     script = tmp_path / "probe.py"
     script.write_text(PROBE)
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
     out = subprocess.run(
         [sys.executable, str(script), json.dumps(options), str(tmp_path / "ckpt")],
         cwd=ROOT,
+        env={**env, **(environ or {})},
         capture_output=True,
         text=True,
         timeout=120,
@@ -54,3 +58,8 @@ def test_jvm_options_reach_the_minicluster_jvm_and_object_reuse_is_on(tmp_path: 
 def test_no_jvm_options_means_the_jvm_defaults(tmp_path: Path) -> None:
     got = _probe(tmp_path, [])
     assert not [a for a in got["args"] if a.startswith("-XX:TieredStopAtLevel")]
+
+
+def test_the_jvm_gets_two_glibc_arenas_unless_the_caller_sets_them(tmp_path: Path) -> None:
+    assert _probe(tmp_path, [])["jvm_arenas"] == "2"
+    assert _probe(tmp_path, [], {"MALLOC_ARENA_MAX": "4"})["jvm_arenas"] == "4"
