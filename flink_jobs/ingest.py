@@ -33,11 +33,11 @@ section 3; ``--bounded`` and resuming: section 4.
 from __future__ import annotations
 
 import argparse
-import functools
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flink_jobs.cli_common import SubParsers, add_command, load, run_kafka_job
+from flink_jobs.cli_common import KafkaJob, SubParsers, add_command, load, run_kafka_job
 from lakestream.config import Config, ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -59,21 +59,27 @@ def build_ingest_job(
     bootstrap_servers: str,
     bounded: bool,
     end_offsets: EndOffsets | None = None,
+    start_offsets: EndOffsets | None = None,
     checkpoint_dir: str | None = None,
     resume_from: Path | None = None,
     job_name: str = JOB_NAME,
+    run_id: str | None = None,
+    watermark_seeds: Mapping[str, int] | None = None,
 ) -> Any:
     """Assemble the ingest graph and return its StreamExecutionEnvironment (not yet executed).
 
-    ``end_offsets`` fixes where a bounded run stops (``kafka_input.snapshot_end_offsets``);
-    ``resume_from`` restores a retained checkpoint. ``job_name`` prefixes the sinks' Delta transaction
-    ids: keep it stable for a deployment.
+    ``end_offsets`` fixes where a bounded run stops (``kafka_input.snapshot_end_offsets``),
+    ``start_offsets`` where a new lineage starts; ``resume_from`` restores a retained checkpoint.
+    ``watermark_seeds`` (``topic#partition`` -> newest VALID event time, epoch ms, as bronze recorded
+    it) start the event-time gate where the previous run's ended. ``job_name`` prefixes the sinks'
+    Delta transaction ids: keep it stable for a deployment.
     """
     from datetime import datetime, timezone
 
-    from flink_jobs.kafka_input import kafka_records
+    from flink_jobs.kafka_input import kafka_records, parse_split
     from lakestream.adapters import AdapterSettings
     from lakestream.flink_runtime import build_env
+    from lakestream.progress import watermark_key
     from lakestream.quality import QualityRules
     from lakestream.silver import SILVER_MERGE, SILVER_SCHEMA
     from lakestream.standard import BRONZE_SCHEMA, LATE_SCHEMA, QUARANTINE_SCHEMA
@@ -97,8 +103,13 @@ def build_ingest_job(
     )
 
     env = build_env(
-        cfg.flink, checkpoint_dir=checkpoint_dir, resume_from=resume_from, state_backend="rocksdb"
+        cfg.flink,
+        checkpoint_dir=checkpoint_dir,
+        resume_from=resume_from,
+        state_backend="rocksdb",
+        run_id=run_id,
     )
+    seeds = dict(watermark_seeds or {})
     records = kafka_records(
         env,
         bootstrap_servers=bootstrap_servers,
@@ -107,6 +118,7 @@ def build_ingest_job(
         starting_offsets=cfg.kafka.starting_offsets,
         bounded=bounded,
         end_offsets=end_offsets,
+        start_offsets=start_offsets,
         consumer_properties=cfg.kafka.consumer,
         name="kafka source records",
         uid="ingest-kafka-source",
@@ -154,6 +166,7 @@ def build_ingest_job(
                 },
                 parallelism=cfg.flink.parallelism,
                 max_parallelism=cfg.flink.max_parallelism,
+                watermark_seeds={watermark_key(*parse_split(s)): ms for s, ms in seeds.items()},
             ),
             output_type=BATCH_TYPE,
         )
@@ -166,6 +179,7 @@ def build_ingest_job(
         idleness_timeout=et.idleness_timeout,
         name="event-time gate",
         uid="ingest-event-time-gate",
+        seeds=seeds,
     )
     # Keyed by order from here on: one order's events and every copy of an event meet in one subtask,
     # whose de-dup state is Flink keyed state; this operator also emits the resolve operator's markers.
@@ -207,14 +221,22 @@ def register(subparsers: SubParsers) -> argparse.ArgumentParser:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    """Run the ingest job (MiniCluster, or the cluster under ``flink run``); bounded runs list the tables."""
+    """Run the ingest job (MiniCluster, or the cluster under ``flink run``); bounded runs list the tables.
+
+    Every run continues where the previous one ended (DESIGN.md section 9): bronze's commits record
+    each partition's next offset and newest VALID event time.
+    """
     cfg = load(args)
-    return run_kafka_job(
-        cfg,
-        args,
-        job="ingest",
+    tables = [(cfg.lakehouse.table_uri(t), f"{JOB_NAME}/{t}") for t in TABLES]
+    job = KafkaJob(
+        name="ingest",
         topics=sorted(set(cfg.kafka.topics.values())),
         group_id=cfg.kafka.group_id,
-        build=functools.partial(build_ingest_job, cfg),
+        progress_table=tables[TABLES.index(BRONZE_TABLE)],
+        tables=tables,
+        starting_offsets=cfg.kafka.starting_offsets,
+        build=build_ingest_job,
         job_name=JOB_NAME + (" (bounded)" if args.bounded else ""),
+        watermarks=True,
     )
+    return run_kafka_job(cfg, args, job)
