@@ -410,7 +410,8 @@ def changefeed_start_plan(cfg: Config, args: argparse.Namespace, folder: JobFold
         checkpoint=folder.checkpoint(newest) if newest is not None else None,
         legacy=None if args.fresh else folder.legacy_checkpoint(),
         ended=ended,
-        can_complete=False,
+        bounded=args.polls is not None,
+        kafka=False,
     )
 
 

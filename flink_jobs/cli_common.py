@@ -128,9 +128,9 @@ class KafkaJob:
     group_id: str
     #: (table uri, app prefix) of the table whose commits record the job's Kafka progress.
     progress_table: tuple[str, str]
-    #: (table uri, app prefix) of every table the job writes: an end-of-input commit of a run in any of
-    #: them means that run ended (in part, if not in all).
-    tables: Sequence[tuple[str, str]]
+    #: The sink of every table the job writes (``udfs.delta_sink.DeltaSinkSpec``): an end-of-input commit
+    #: of a run in any of them means that run ended (in part, if not in all); settling a run opens them.
+    tables: Sequence[Any]
     #: Where partitions without recorded progress start (a first run, ``--fresh``).
     starting_offsets: StartingOffsets
     build: Callable[..., Any]
@@ -142,41 +142,50 @@ class KafkaJob:
 def run_kafka_job(cfg: Config, args: argparse.Namespace, job: KafkaJob) -> int:
     """Run a Kafka job (``--bounded``, ``--fresh``) from where its previous run ended (DESIGN.md section 9).
 
-    The start follows ``flink_jobs.resume.plan_start``: a live lineage resumes from its checkpoint; a
-    bounded run that ended without finishing is completed first with its own end offsets; otherwise a
-    new lineage starts at the offsets the job's output recorded with its rows (partitions without any
-    by ``job.starting_offsets``). Bounded runs stop at the end offsets snapshotted here; once the job
-    has finished they commit those offsets to the group (for lag tools; the position of record is the
-    output's), close their lineage and list the tables.
+    The start follows ``flink_jobs.resume.plan_start``: an unbounded run resumes a killed unbounded
+    one from its checkpoint; a bounded run that did not finish is completed first with its own end
+    offsets; a bounded run after a killed unbounded one settles that run's checkpoint into the tables
+    first; otherwise a new lineage starts at the offsets the job's output recorded with its rows
+    (partitions without any by ``job.starting_offsets``). Bounded runs stop at the end offsets
+    snapshotted here; once the job has finished they commit those offsets to the group (for lag tools;
+    the position of record is the output's), close their lineage and list the tables.
     """
+    from flink_jobs import resume
     from flink_jobs.kafka_input import commit_group_offsets, snapshot_end_offsets
-    from flink_jobs.resume import (
-        StartPlan,
-        lineage_ended,
-        lineage_for_run,
-        plan_start,
-        table_txn_version,
-    )
     from flink_jobs.tables import print_tables
 
     bootstrap = broker(cfg)
     folder = job_folder(cfg, job.name)
     newest = None if args.fresh else folder.newest()
     checkpoint = folder.checkpoint(newest) if newest is not None else None
-    ended = newest is not None and lineage_ended(
-        job.tables, newest.run_id, newest.widest, txn_version=table_txn_version
+    ended = newest is not None and resume.lineage_ended(
+        [(t.table_uri, t.app_prefix) for t in job.tables],
+        newest.run_id,
+        newest.widest,
+        txn_version=resume.table_txn_version,
     )
-    plan = plan_start(
+    plan = resume.plan_start(
         fresh=args.fresh,
         newest=newest,
         checkpoint=checkpoint,
         legacy=None if args.fresh else folder.legacy_checkpoint(),
         ended=ended,
-        can_complete=True,
+        bounded=args.bounded,
+        kafka=True,
     )
     if plan.action == "complete":
         _complete_bounded_run(cfg, job, plan, bootstrap)
-        plan = StartPlan("new", reason="the previous bounded run is complete now")
+        plan = resume.StartPlan("new", reason="the previous bounded run is complete now")
+    elif plan.action == "settle":
+        assert plan.lineage is not None and plan.checkpoint is not None
+        print(
+            f"settling the previous run at checkpoint {plan.checkpoint} ({plan.reason}): its tables take "
+            "what that checkpoint holds, and this run starts where it ends",
+            flush=True,
+        )
+        resume.settle(job.tables, plan.lineage, plan.checkpoint)
+        folder.finish(plan.lineage)
+        plan = resume.StartPlan("new", reason="the previous run is settled")
 
     ends = snapshot_end_offsets(bootstrap, job.topics)
     start_offsets: EndOffsets | None = None
@@ -196,7 +205,7 @@ def run_kafka_job(cfg: Config, args: argparse.Namespace, job: KafkaJob) -> int:
         }
     else:
         print(f"resuming from checkpoint {plan.checkpoint} ({plan.reason})", flush=True)
-    lineage = lineage_for_run(
+    lineage = resume.lineage_for_run(
         folder,
         plan,
         bounded=args.bounded,

@@ -53,6 +53,42 @@ SILVER_TABLE = "silver/orders"
 TABLES = (BRONZE_TABLE, QUARANTINE_TABLE, REVIEW_TABLE, LATE_TABLE, SILVER_TABLE)
 
 
+def table_specs(cfg: Config, job_name: str = JOB_NAME) -> dict[str, Any]:
+    """The five tables' sinks (``udfs.delta_sink.DeltaSinkSpec``) by table name; ``job_name`` prefixes
+    their app ids. The CLI needs them too: to tell whether a run ended and to settle one."""
+    from lakestream.silver import SILVER_MERGE, SILVER_SCHEMA
+    from lakestream.standard import BRONZE_SCHEMA, LATE_SCHEMA, QUARANTINE_SCHEMA
+    from udfs.delta_sink import DeltaSinkSpec
+
+    def spec(table: str, schema: Any, **options: Any) -> Any:
+        partition_by = cfg.tables.partition_by(table)
+        unknown = [c for c in partition_by if c not in schema.names]
+        if unknown:
+            layer = table.split("/", 1)[0]
+            raise ConfigError(
+                f"tables.{layer}_partition_by: {', '.join(unknown)} not a column of {table}; "
+                f"choose from {', '.join(schema.names)}"
+            )
+        merged = options.get("mode", "append") != "append"
+        size_mb = cfg.tables.merge_target_file_size_mb if merged else cfg.tables.target_file_size_mb
+        return DeltaSinkSpec(
+            table_uri=cfg.lakehouse.table_uri(table),
+            app_prefix=f"{job_name}/{table}",
+            schema=schema,
+            partition_by=partition_by,
+            target_file_size=size_mb * 1024 * 1024,
+            **options,
+        )
+
+    return {
+        BRONZE_TABLE: spec(BRONZE_TABLE, BRONZE_SCHEMA),
+        QUARANTINE_TABLE: spec(QUARANTINE_TABLE, QUARANTINE_SCHEMA),
+        REVIEW_TABLE: spec(REVIEW_TABLE, BRONZE_SCHEMA),
+        LATE_TABLE: spec(LATE_TABLE, LATE_SCHEMA),
+        SILVER_TABLE: spec(SILVER_TABLE, SILVER_SCHEMA, mode="merge", merge=SILVER_MERGE, commit="global"),
+    }
+
+
 def build_ingest_job(
     cfg: Config,
     *,
@@ -81,10 +117,7 @@ def build_ingest_job(
     from lakestream.flink_runtime import build_env
     from lakestream.progress import watermark_key
     from lakestream.quality import QualityRules
-    from lakestream.silver import SILVER_MERGE, SILVER_SCHEMA
-    from lakestream.standard import BRONZE_SCHEMA, LATE_SCHEMA, QUARANTINE_SCHEMA
     from udfs.checkpoint_markers import kafka_batches_with_markers
-    from udfs.delta_sink import DeltaSinkSpec
     from udfs.global_commit import COMMITTABLE_TYPE, commit_globally
     from udfs.ingest_gate import dedup_by_key, event_time_gate
     from udfs.ingest_resolve import LATE, SILVER, ResolveBatches
@@ -124,26 +157,7 @@ def build_ingest_job(
         uid="ingest-kafka-source",
     )
 
-    def spec(table: str, schema: Any, **options: Any) -> Any:
-        partition_by = cfg.tables.partition_by(table)
-        unknown = [c for c in partition_by if c not in schema.names]
-        if unknown:
-            layer = table.split("/", 1)[0]
-            raise ConfigError(
-                f"tables.{layer}_partition_by: {', '.join(unknown)} not a column of {table}; "
-                f"choose from {', '.join(schema.names)}"
-            )
-        merged = options.get("mode", "append") != "append"
-        size_mb = cfg.tables.merge_target_file_size_mb if merged else cfg.tables.target_file_size_mb
-        return DeltaSinkSpec(
-            table_uri=cfg.lakehouse.table_uri(table),
-            app_prefix=f"{job_name}/{table}",
-            schema=schema,
-            partition_by=partition_by,
-            target_file_size=size_mb * 1024 * 1024,
-            **options,
-        )
-
+    specs = table_specs(cfg, job_name)
     # Kafka records cross into Python in per-partition batches, with the checkpoint markers in between;
     # the standardise operator writes bronze, review and quarantine itself.
     batches = kafka_batches_with_markers(
@@ -160,9 +174,9 @@ def build_ingest_job(
                 adapter_settings=AdapterSettings(source_zone=et.source_zone),
                 rules=rules,
                 tables={
-                    BRONZE: spec(BRONZE_TABLE, BRONZE_SCHEMA),
-                    REVIEW: spec(REVIEW_TABLE, BRONZE_SCHEMA),
-                    QUARANTINE: spec(QUARANTINE_TABLE, QUARANTINE_SCHEMA),
+                    BRONZE: specs[BRONZE_TABLE],
+                    REVIEW: specs[REVIEW_TABLE],
+                    QUARANTINE: specs[QUARANTINE_TABLE],
                 },
                 parallelism=cfg.flink.parallelism,
                 max_parallelism=cfg.flink.max_parallelism,
@@ -194,11 +208,11 @@ def build_ingest_job(
     )
     # Silver is committed globally: the resolve subtasks stage it and emit its committables, one
     # committer makes each checkpoint ONE MERGE (parallel MERGEs would conflict and serialize).
-    silver = spec(SILVER_TABLE, SILVER_SCHEMA, mode="merge", merge=SILVER_MERGE, commit="global")
+    silver = specs[SILVER_TABLE]
     committables = (
         marked.process(
             ResolveBatches(
-                tables={LATE: spec(LATE_TABLE, LATE_SCHEMA), SILVER: silver},
+                tables={LATE: specs[LATE_TABLE], SILVER: silver},
             ),
             output_type=COMMITTABLE_TYPE,
         )
@@ -227,13 +241,14 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     each partition's next offset and newest VALID event time.
     """
     cfg = load(args)
-    tables = [(cfg.lakehouse.table_uri(t), f"{JOB_NAME}/{t}") for t in TABLES]
+    specs = table_specs(cfg)
+    bronze = specs[BRONZE_TABLE]
     job = KafkaJob(
         name="ingest",
         topics=sorted(set(cfg.kafka.topics.values())),
         group_id=cfg.kafka.group_id,
-        progress_table=tables[TABLES.index(BRONZE_TABLE)],
-        tables=tables,
+        progress_table=(bronze.table_uri, bronze.app_prefix),
+        tables=[specs[t] for t in TABLES],
         starting_offsets=cfg.kafka.starting_offsets,
         build=build_ingest_job,
         job_name=JOB_NAME + (" (bounded)" if args.bounded else ""),

@@ -126,7 +126,7 @@ def cmd_land(args: argparse.Namespace) -> int:
         topics=args.topic,
         group_id=landing_group(cfg),
         progress_table=(spec.table_uri, spec.app_prefix),
-        tables=[(spec.table_uri, spec.app_prefix)],
+        tables=[spec],
         starting_offsets=args.starting_offsets,
         build=functools.partial(
             build_landing_job, topics=args.topic, table=args.table, starting_offsets=args.starting_offsets

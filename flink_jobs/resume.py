@@ -186,7 +186,7 @@ def _remove(path: Path) -> None:
     shutil.rmtree(trash, ignore_errors=True)
 
 
-Action = Literal["restore", "complete", "new"]
+Action = Literal["restore", "complete", "settle", "new"]
 
 
 @dataclass(frozen=True)
@@ -194,9 +194,9 @@ class StartPlan:
     """What a run does first (:func:`plan_start`)."""
 
     action: Action
-    #: restore/complete: the lineage continued; new: None.
+    #: restore/complete/settle: the lineage continued or closed; new: None.
     lineage: Lineage | None = None
-    #: restore (always) / complete (when it has one): the checkpoint restored.
+    #: restore (always), settle (always), complete (when it has one): the checkpoint used.
     checkpoint: Path | None = None
     #: Why, in words, for the run's first line of output.
     reason: str = ""
@@ -209,33 +209,110 @@ def plan_start(
     checkpoint: Path | None,
     legacy: Path | None,
     ended: bool,
-    can_complete: bool,
+    bounded: bool,
+    kafka: bool,
 ) -> StartPlan:
-    """Where a run starts (the rule in the module docstring), from what the job folder and output say.
+    """Where a run starts, from what the job folder and the output say (DESIGN.md section 9).
 
-    ``checkpoint``: the newest checkpoint of ``newest``; ``legacy``: the newest older-layout one;
-    ``ended``: some writer of ``newest`` committed its end of input (a bounded run that ended, fully or
-    in part, without finishing); ``can_complete``: the job can complete such a run exactly (Kafka jobs:
-    several tables); else its recorded position is exact as it is (the change feed: one writer).
+    ``checkpoint``: the newest checkpoint of ``newest``; ``legacy``: the newest one of an earlier
+    version's layout; ``ended``: some writer of ``newest`` committed its end of input; ``bounded``: this
+    run ends by itself. ``kafka``: the job reads Kafka, whose checkpointed splits keep the stopping
+    offsets of the run that took them (none for an unbounded run), so a checkpoint only restores into a
+    run of the same kind and extent, and the job writes several tables (ingest), which only a consistent
+    cut makes a position of. Then:
+
+    - ``complete``: a bounded lineage that did not finish is finished first as it was defined (its
+      checkpoint with its end offsets, or, if a writer committed its end before any checkpoint, a
+      replay from its start): writers that committed their end stage nothing more, the others commit.
+    - ``settle``: an unbounded lineage followed by a bounded run: its writers' recovery of checkpoint r
+      (commit what r holds, abort the rest) is done here, so every table is at the cut r and records
+      its position; the bounded run starts a new lineage there.
+    - ``restore``: an unbounded Kafka lineage followed by an unbounded run, or any live change-feed
+      lineage (its only state is the source offset; the tick source's uid differs by kind).
+    - ``new``: at the position the output recorded (``--fresh``: at the start flags).
     """
     if fresh:
         return StartPlan("new", reason="--fresh: starting over, without checkpoint or recorded position")
     if newest is None:
-        if legacy is not None:
+        if legacy is not None and not (kafka and bounded):
             return StartPlan("restore", None, legacy, "the newest checkpoint of an earlier version's layout")
-        return StartPlan("new", reason="no earlier run left a checkpoint")
+        return StartPlan("new", reason="the previous run ended by itself, or there was none")
+    if kafka:
+        if newest.bounded:
+            if checkpoint is None and not ended:  # it committed nothing: no checkpoint, no end
+                return StartPlan("new", reason="the previous bounded run stopped before committing anything")
+            return StartPlan("complete", newest, checkpoint, "the previous bounded run did not finish")
+        if checkpoint is None:
+            return StartPlan("new", reason="the previous run stopped before its first checkpoint")
+        if bounded:
+            return StartPlan("settle", newest, checkpoint, "the previous run did not end by itself")
+        return StartPlan("restore", newest, checkpoint, "the previous run did not end by itself")
     if ended:
-        if can_complete:
-            return StartPlan(
-                "complete",
-                newest,
-                checkpoint,
-                "the previous bounded run ended without finishing: some tables hold its end, others not",
-            )
         return StartPlan("new", reason="the previous run ended by itself and committed its end")
     if checkpoint is not None:
         return StartPlan("restore", newest, checkpoint, "the previous run did not end by itself")
-    return StartPlan("new", reason="the previous run left no completed checkpoint")
+    return StartPlan("new", reason="the previous run stopped before its first checkpoint")
+
+
+def checkpoint_id(checkpoint: Path) -> int:
+    """The id of a checkpoint folder ``chk-N``."""
+    return int(checkpoint.name.split("-")[1])
+
+
+def settle(specs: Iterable[Any], lineage: Lineage, checkpoint: Path) -> None:
+    """Do what a restore of ``checkpoint`` would do first in every writer of ``lineage``, here.
+
+    Each table's writers get OPEN(r) for r = the checkpoint's id, at the lineage's widest parallelism
+    (so every slot has its owner): the same run's prepared work up to r is committed (with its
+    progress), later and pending work is aborted. Every table then holds exactly the cut r, and the
+    tables' recorded position is where the checkpoint's sources stood. ``specs`` are the job's
+    ``udfs.delta_sink.DeltaSinkSpec``; idempotent, so a crash halfway is settled again next time.
+    """
+    from sinks.writer import TwoPhaseDeltaWriter
+
+    specs = list(specs)
+    run_id = lineage.run_id
+    if run_id is None:  # continued from an earlier version's checkpoint: its staged work names it
+        found = staged_run_ids(specs)
+        if not found:
+            return  # nothing staged: every table committed all it prepared, the cut is in the tables
+        if len(found) > 1:
+            raise ResumeError(
+                f"cannot settle {checkpoint}: its run id is only in the checkpoint's state, and the tables "
+                f"hold staged work of several runs ({', '.join(sorted(found))}); run once without "
+                "--bounded (it resumes the checkpoint), then bounded runs continue from there"
+            )
+        (run_id,) = found
+    r = checkpoint_id(checkpoint)
+    parallelism = max(lineage.widest, lineage.parallelism)
+    for spec in specs:
+        for subtask in range(parallelism):
+            writer = TwoPhaseDeltaWriter(
+                table_uri=spec.table_uri,
+                app_prefix=spec.app_prefix,
+                schema=spec.schema,
+                mode=spec.mode,
+                partition_by=list(spec.partition_by) or None,
+                merge=spec.merge,
+                target_file_size=spec.target_file_size,
+                commit_mode=spec.commit,
+                **spec.writer_options,
+            )
+            writer.open(
+                restored_checkpoint_id=r, run_id=lineage.run_id, subtask=subtask, parallelism=parallelism
+            )
+            writer.close()
+
+
+def staged_run_ids(specs: Iterable[Any]) -> set[str]:
+    """The run ids of the work staged (not committed) in the tables of ``specs``."""
+    from sinks.staging import StagingArea, local_table_root
+
+    return {
+        m.run_id
+        for spec in specs
+        for m in StagingArea(local_table_root(spec.table_uri), spec.app_prefix).list_all()
+    }
 
 
 def lineage_ended(
@@ -327,5 +404,6 @@ __all__ = [
     "lineage_for_run",
     "new_run_id",
     "plan_start",
+    "settle",
     "table_txn_version",
 ]

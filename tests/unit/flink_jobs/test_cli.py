@@ -168,7 +168,7 @@ def kafka_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]
             topics=["t"],
             group_id="g",
             progress_table=(str(tmp_path / "lake" / "t"), "p/t"),
-            tables=[(str(tmp_path / "lake" / "t"), "p/t")],
+            tables=[SimpleNamespace(table_uri=str(tmp_path / "lake" / "t"), app_prefix="p/t")],
             starting_offsets="committed",
             build=build,
             job_name="the job",
@@ -217,20 +217,34 @@ def test_an_unbounded_run_is_resumed_from_its_checkpoint_unless_fresh(
     done = complete_checkpoint(lineage)
     (lineage / "job1" / "chk-3").mkdir()  # never completed: no _metadata
 
-    resumed = kafka_job["run"](bounded=True)
+    resumed = kafka_job["run"]()
     assert (resumed.resume_from, resumed.run_id, resumed.start_offsets) == (done, first.run_id, None)
     assert resumed.checkpoint_dir == str(lineage)
     assert (
         f"resuming from checkpoint {done} (the previous run did not end by itself)" in capsys.readouterr().out
     )
-    assert not lineage.exists()  # that bounded run finished the lineage
 
-    again = kafka_job["run"]()
-    other = kafka_job["folder"] / again.run_id
-    complete_checkpoint(other)
     fresh = kafka_job["run"](fresh=True)
-    assert fresh.resume_from is None and fresh.run_id not in (first.run_id, again.run_id)
-    assert not other.exists(), "a fresh lineage supersedes the older ones"
+    assert fresh.resume_from is None and fresh.run_id != first.run_id
+    assert not lineage.exists(), "a fresh lineage supersedes the older ones"
+
+
+def test_a_bounded_run_after_a_killed_unbounded_one_settles_its_checkpoint_first(
+    kafka_job: dict[str, Any], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from flink_jobs import resume
+
+    settled: list[tuple[str | None, Path]] = []
+    monkeypatch.setattr(resume, "settle", lambda specs, lin, ckpt: settled.append((lin.run_id, ckpt)))
+    first = kafka_job["run"]()
+    done = complete_checkpoint(kafka_job["folder"] / first.run_id)
+    bounded = kafka_job["run"](bounded=True)
+    # Its Kafka splits would stop nowhere: the checkpoint goes into the tables, not into this run.
+    assert settled == [(first.run_id, done)]
+    assert bounded.resume_from is None and bounded.run_id != first.run_id
+    assert bounded.start_offsets == {("t", 0): 3}
+    assert "settling the previous run at checkpoint" in capsys.readouterr().out
+    assert not (kafka_job["folder"] / first.run_id).exists()
 
 
 def test_an_earlier_versions_checkpoint_is_resumed_once(kafka_job: dict[str, Any]) -> None:
@@ -240,9 +254,12 @@ def test_an_earlier_versions_checkpoint_is_resumed_once(kafka_job: dict[str, Any
     lineage = Path(run.checkpoint_dir)
     assert lineage.name.startswith("legacy-") and done.is_dir()
     own = complete_checkpoint(lineage, job="job2", n=5)
-    second = kafka_job["run"](bounded=True)
+    second = kafka_job["run"]()
     assert second.resume_from == own and second.checkpoint_dir == str(lineage)
-    assert not done.exists() and not lineage.exists()  # finished: both are superseded
+    assert not done.exists(), "superseded by the lineage's own checkpoint"
+    third = kafka_job["run"](bounded=True)  # settled (nothing staged), then a new lineage
+    assert third.resume_from is None and third.run_id is not None
+    assert list(kafka_job["folder"].iterdir()) == []
 
 
 def test_a_bounded_run_that_ended_in_part_is_completed_first_with_its_own_ends(

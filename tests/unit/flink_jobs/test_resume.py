@@ -27,42 +27,52 @@ def lineage(root: Path, run_id: str, *, created: int = 1, bounded: bool = False)
     return Lineage(folder=root / run_id, run_id=run_id, bounded=bounded, parallelism=2, created_ms=created)
 
 
+# (fresh, previous lineage: None / "bounded" / "unbounded", it has a checkpoint, an older-layout
+# checkpoint exists, a writer of it committed its end, this run is bounded, Kafka job) -> action
+PLANS = [
+    (True, "unbounded", True, True, True, False, True, "new"),  # --fresh wins over everything
+    (False, None, False, False, False, True, True, "new"),  # a first run
+    (False, None, False, True, False, False, True, "restore"),  # an earlier version's checkpoint...
+    (False, None, False, True, False, True, True, "new"),  # ... is not restored into a bounded run
+    (False, None, False, True, False, True, False, "restore"),  # ... except by the change feed
+    (False, "unbounded", True, False, False, False, True, "restore"),  # killed, then started again
+    (False, "unbounded", True, False, False, True, True, "settle"),  # killed, then a bounded run
+    (False, "unbounded", False, False, False, True, True, "new"),  # killed before its first checkpoint
+    (False, "bounded", True, False, False, True, True, "complete"),  # a bounded run killed mid-way
+    (False, "bounded", True, False, False, False, True, "complete"),  # ... whatever runs next
+    (False, "bounded", False, False, True, True, True, "complete"),  # ended in part, no checkpoint
+    (False, "bounded", False, False, False, True, True, "new"),  # stopped before committing anything
+    (False, "unbounded", True, True, False, False, True, "restore"),  # a lineage supersedes older ones
+    (False, "bounded", True, False, True, True, False, "new"),  # change feed: one writer, exact position
+    (False, "bounded", True, False, False, False, False, "restore"),  # change feed: any kind restores
+    (False, "unbounded", False, False, False, True, False, "new"),
+]
+
+
 @pytest.mark.parametrize(
-    ("fresh", "has_lineage", "has_checkpoint", "legacy", "ended", "can_complete", "action"),
-    [
-        (True, True, True, True, True, True, "new"),  # --fresh wins over everything
-        (False, False, False, False, False, True, "new"),  # a first run
-        (False, False, False, True, False, True, "restore"),  # an earlier version's checkpoint
-        (False, True, True, False, False, True, "restore"),  # killed, or still running when stopped
-        (False, True, False, False, False, True, "new"),  # died before its first checkpoint
-        (False, True, True, False, True, True, "complete"),  # a bounded run that ended in part
-        (False, True, False, False, True, True, "complete"),  # ... even without a checkpoint
-        (False, True, True, False, True, False, "new"),  # one writer: its recorded position is exact
-        (False, True, True, True, False, True, "restore"),  # a lineage supersedes older-layout ones
-    ],
+    ("fresh", "kind", "has_checkpoint", "legacy", "ended", "bounded", "kafka", "action"), PLANS
 )
 def test_plan_start(
     tmp_path: Path,
     fresh: bool,
-    has_lineage: bool,
+    kind: str | None,
     has_checkpoint: bool,
     legacy: bool,
     ended: bool,
-    can_complete: bool,
+    bounded: bool,
+    kafka: bool,
     action: str,
 ) -> None:
-    newest = lineage(tmp_path, "r1") if has_lineage else None
+    newest = lineage(tmp_path, "r1", bounded=kind == "bounded") if kind else None
     ckpt = tmp_path / "r1" / "j" / "chk-1" if has_checkpoint else None
     old = tmp_path / "old" / "chk-9" if legacy else None
     plan = plan_start(
-        fresh=fresh, newest=newest, checkpoint=ckpt, legacy=old, ended=ended, can_complete=can_complete
+        fresh=fresh, newest=newest, checkpoint=ckpt, legacy=old, ended=ended, bounded=bounded, kafka=kafka
     )
     assert plan.action == action and plan.reason
-    if action == "restore":
-        assert plan.checkpoint == (ckpt if has_lineage else old)
+    if action in ("restore", "settle", "complete"):
+        assert plan.checkpoint == (ckpt if kind else old)
         assert plan.lineage is newest
-    if action == "complete":
-        assert plan.lineage is newest and plan.checkpoint == ckpt
 
 
 def test_lineage_round_trips_and_the_newest_is_the_latest_created(tmp_path: Path) -> None:
@@ -120,7 +130,9 @@ def test_a_run_continues_or_begins_a_lineage(tmp_path: Path) -> None:
     folder = JobFolder(tmp_path)
     new = lineage_for_run(
         folder,
-        plan_start(fresh=True, newest=None, checkpoint=None, legacy=None, ended=False, can_complete=True),
+        plan_start(
+            fresh=True, newest=None, checkpoint=None, legacy=None, ended=False, bounded=True, kafka=True
+        ),
         bounded=True,
         parallelism=2,
         start={"offsets": {}},
@@ -128,13 +140,17 @@ def test_a_run_continues_or_begins_a_lineage(tmp_path: Path) -> None:
     )
     assert new.run_id and new.folder == tmp_path / new.run_id and new.end == {"t#0": 3}
     ckpt = checkpoint(new.folder)
-    plan = plan_start(fresh=False, newest=new, checkpoint=ckpt, legacy=None, ended=False, can_complete=True)
+    plan = plan_start(
+        fresh=False, newest=new, checkpoint=ckpt, legacy=None, ended=False, bounded=True, kafka=False
+    )
     wider = lineage_for_run(folder, plan, bounded=False, parallelism=4, start={})
     assert (wider.run_id, wider.folder, wider.start) == (new.run_id, new.folder, {"offsets": {}})
     assert (wider.bounded, wider.end, wider.parallelism, wider.widest) == (False, None, 4, 4)
     narrower = lineage_for_run(
         folder,
-        plan_start(fresh=False, newest=wider, checkpoint=ckpt, legacy=None, ended=False, can_complete=True),
+        plan_start(
+            fresh=False, newest=wider, checkpoint=ckpt, legacy=None, ended=False, bounded=True, kafka=False
+        ),
         bounded=True,
         parallelism=1,
         start={},
@@ -153,3 +169,45 @@ def test_a_lineage_has_ended_when_any_of_its_writers_committed_its_end() -> None
     assert not lineage_ended(tables, "r1", 1, txn_version=txn)  # subtask 1 is outside its parallelism
     assert not lineage_ended(tables, "r2", 2, txn_version=txn)
     assert not lineage_ended(tables, None, 2, txn_version=txn)  # unknown run id: cannot tell
+
+
+def test_settle_puts_every_table_at_the_checkpoints_cut(tmp_path: Path) -> None:
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    from flink_jobs.resume import settle
+    from lakestream.progress import read_progress
+    from udfs.delta_sink import DeltaSinkSpec
+
+    schema = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64())])
+    spec = DeltaSinkSpec(table_uri=str(tmp_path / "t"), app_prefix="job/t", schema=schema)
+    from sinks.writer import TwoPhaseDeltaWriter
+
+    writers = []
+    for subtask in range(2):
+        w = TwoPhaseDeltaWriter(table_uri=spec.table_uri, app_prefix=spec.app_prefix, schema=schema)
+        w.open(restored_checkpoint_id=None, run_id="r1", subtask=subtask, parallelism=2)
+        writers.append(w)
+    for n in (1, 2, 3):
+        for subtask, w in enumerate(writers):
+            offsets = list(range(10 * n, 10 * n + 5))
+            w.write(
+                pa.RecordBatch.from_pydict(
+                    {"topic": ["a"] * 5, "partition": [subtask] * 5, "offset": offsets}, schema=schema
+                )
+            )
+            w.prepare(n, progress={f"kafka/a/{subtask}": 10 * n + 5})
+        if n == 1:
+            for w in writers:
+                w.commit(1)
+    del writers  # killed: checkpoint 2 completed (not committed), 3 did not
+    lin = Lineage(folder=tmp_path / "ck" / "r1", run_id="r1", bounded=False, parallelism=2, widest=2)
+    chk = checkpoint(lin.folder, n=2)
+    settle([spec], lin, chk)
+    settle([spec], lin, chk)  # idempotent: a crash halfway is settled again
+    table = DeltaTable(spec.table_uri)
+    assert sorted(table.to_pyarrow_table().column("offset").to_pylist()) == sorted(
+        [o for n in (1, 2) for o in range(10 * n, 10 * n + 5)] * 2
+    )
+    assert read_progress(table, "job/t", ["kafka/a/0", "kafka/a/1"]) == {"kafka/a/0": 25, "kafka/a/1": 25}
+    assert not list((tmp_path / "t" / "_lakestream" / "manifests").rglob("*.json"))
