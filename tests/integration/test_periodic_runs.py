@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from deltalake import DeltaTable
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaConsumer, TopicPartition
 
 from devtools.kafka_broker import create_topic
 from devtools.processes import kill_group
