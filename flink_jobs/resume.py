@@ -271,7 +271,7 @@ def settle(specs: Iterable[Any], lineage: Lineage, checkpoint: Path) -> None:
     from sinks.writer import TwoPhaseDeltaWriter
 
     specs = list(specs)
-    run_id: str | None = lineage.run_id
+    run_id = lineage.run_id
     if run_id is None:  # continued from an earlier version's checkpoint: its staged work names it
         found = staged_run_ids(specs)
         if not found:
@@ -283,7 +283,6 @@ def settle(specs: Iterable[Any], lineage: Lineage, checkpoint: Path) -> None:
                 "--bounded (it resumes the checkpoint), then bounded runs continue from there"
             )
         (run_id,) = found
-    assert run_id is not None
     r = checkpoint_id(checkpoint)
     parallelism = max(lineage.widest, lineage.parallelism)
     for spec in specs:
@@ -299,9 +298,7 @@ def settle(specs: Iterable[Any], lineage: Lineage, checkpoint: Path) -> None:
                 commit_mode=spec.commit,
                 **spec.writer_options,
             )
-            writer.open(
-                restored_checkpoint_id=r, run_id=lineage.run_id, subtask=subtask, parallelism=parallelism
-            )
+            writer.open(restored_checkpoint_id=r, run_id=run_id, subtask=subtask, parallelism=parallelism)
             writer.close()
 
 

@@ -311,8 +311,9 @@ FAILING_KAFKA_FEED = textwrap.dedent(
     rows = rows.map(FailOnce(marker, int(fail_after), bootstrap, topic)).name("inject failure").uid("it-fail")
     positions = default_positions_topic(topic)
     ensure_positions_topic(bootstrap, positions)
-    kafka_change_sink(rows, names=output_schema(schema, "cdf").names, topic=topic, positions_topic=positions,
-                      position_key=app_prefix("silver/orders"), bootstrap_servers=bootstrap, exactly_once=True,
+    kafka_change_sink(rows, names=output_schema(schema, "cdf").names, topic=topic,
+                      positions_topic=positions, position_key=app_prefix("silver/orders"),
+                      bootstrap_servers=bootstrap, exactly_once=True,
                       transactional_id_prefix="lakestream-changefeed-silver-orders",
                       uid="changefeed-kafka-silver-orders")
     env.execute("changefeed to kafka, injected failure")
