@@ -102,20 +102,22 @@ def test_land_runs_continue_exactly_bounded_unbounded_and_back(
         kill_group(proc)
     assert "from the offsets" in log.read_text()
 
-    # 4. A bounded run after the killed one resumes its checkpoint (nothing read twice) and ends it.
-    sent |= produce(kafka, topic, 1800, 200)
-    fourth = run_cli(*bounded, env=env)
-    assert "resuming from checkpoint" in fourth.stdout
-    assert landed(uri) == sent
-
-    # 5. Unbounded again, killed; 6. bounded: still exact.
+    # 4. Unbounded again: it resumes the killed run's checkpoint, and is killed too.
     proc = start_job(unbounded, env, log)
     try:
-        sent |= produce(kafka, topic, 2000, 300)
+        sent |= produce(kafka, topic, 1800, 200)
         wait_rows(uri, len(sent), proc, log)
         time.sleep(1.5)
     finally:
         kill_group(proc)
+    assert log.read_text().count("resuming from checkpoint") == 1
+
+    # 5. A bounded run after the killed one: that run's checkpoint is settled into the table (what it
+    # holds is committed, the rest aborted), and this run reads on from there: nothing twice.
+    sent |= produce(kafka, topic, 2000, 300)
+    fifth = run_cli(*bounded, env=env)
+    assert "settling the previous run at checkpoint" in fifth.stdout
+    assert landed(uri) == sent
     sent |= produce(kafka, topic, 2300, 100)
     run_cli(*bounded, env=env)
     assert landed(uri) == sent
@@ -324,7 +326,9 @@ FAILING_KAFKA_FEED = textwrap.dedent(
 def test_changefeed_to_kafka_is_exact_under_an_injected_failure_and_across_runs(
     tmp_path: Path, lakehouse: Path, kafka: str
 ) -> None:
-    src = cdf_table(lakehouse)
+    src = lakehouse / "silver" / "orders"
+    src.parent.mkdir(parents=True)
+    build_source(src)  # long enough that half of it comes after the first committed transaction
     topic = "failing.changes"
     create_topic(kafka, topic, partitions=1)
     want = expected_changes(src)
