@@ -327,8 +327,10 @@ def cmd_changefeed(args: argparse.Namespace) -> int:
     run ended (DESIGN.md section 9)."""
     from flink_jobs.positions_topic import ensure_positions_topic
     from flink_jobs.resume import lineage_for_run
+    from lakestream.flink_runtime import check_runtime
 
     cfg = load(args)
+    check_runtime(cfg.flink)
     target: ChangefeedTarget = args.to
     bootstrap = broker(cfg) if target.kind == "kafka" else None
     positions_topic = (args.positions_topic or default_positions_topic(target.value)) if bootstrap else None

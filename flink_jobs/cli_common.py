@@ -153,7 +153,9 @@ def run_kafka_job(cfg: Config, args: argparse.Namespace, job: KafkaJob) -> int:
     from flink_jobs import resume
     from flink_jobs.kafka_input import commit_group_offsets, snapshot_end_offsets
     from flink_jobs.tables import print_tables
+    from lakestream.flink_runtime import check_runtime
 
+    check_runtime(cfg.flink)
     bootstrap = broker(cfg)
     folder = job_folder(cfg, job.name)
     newest = None if args.fresh else folder.newest()

@@ -142,6 +142,18 @@ def latest_checkpoint(checkpoint_dir: str | Path) -> Path | None:
     return max(done, key=lambda p: (p.stat().st_mtime, int(p.name.split("-")[1])))
 
 
+def check_runtime(cfg: FlinkConfig) -> None:
+    """Refuse what would fail only once the job runs: no Java 17, thread mode. ``build_env`` calls it;
+    the CLI calls it first too, before it contacts the broker."""
+    require_java()
+    if cfg.python_execution_mode == "thread":
+        raise FlinkRuntimeError(
+            "flink.python_execution_mode = 'thread' is not supported yet: PyFlink's embedded interpreter "
+            "(pemja) does not see the virtualenv's packages, and with them on its path the Delta sink's "
+            "pyarrow calls deadlock on the GIL. Use 'process' (the default)."
+        )
+
+
 def build_env(
     cfg: FlinkConfig,
     *,
@@ -163,13 +175,7 @@ def build_env(
     from pyflink.common import Configuration
     from pyflink.datastream import StreamExecutionEnvironment
 
-    require_java()
-    if cfg.python_execution_mode == "thread":
-        raise FlinkRuntimeError(
-            "flink.python_execution_mode = 'thread' is not supported yet: PyFlink's embedded interpreter "
-            "(pemja) does not see the virtualenv's packages, and with them on its path the Delta sink's "
-            "pyarrow calls deadlock on the GIL. Use 'process' (the default)."
-        )
+    check_runtime(cfg)
     # On a local MiniCluster PyFlink would otherwise run every Python operator in "loopback" mode: as
     # threads of this client process, all behind one GIL (no parallelism on 2 cores), printing gRPC
     # tear-down tracebacks into the caller's terminal. Separate worker processes, as on a cluster, ran
