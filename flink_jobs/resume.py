@@ -8,12 +8,11 @@ parallelism, end offsets, where it started) and the Flink checkpoints of its run
 is known even before the first checkpoint.
 
 A run that ends by itself leaves no checkpoint (Flink discards them), so the position of record is the
-one the job's own output committed with its data (``lakestream.progress``; DESIGN.md section 9). The
-rule, :func:`plan_start`: ``--fresh`` starts over; otherwise a live lineage (not finished, not ended)
-is restored from its newest checkpoint; a bounded lineage that ended in part (some writer committed its
-end of input, the run did not finish) is completed first with its own end offsets, exactly; everything
-else starts a new lineage at the recorded position. A finished lineage's folder is removed, and a new
-lineage removes the ones it supersedes.
+one the job's own output committed with its data (``lakestream.progress``). :func:`plan_start` decides
+between restoring the newest lineage's checkpoint, completing a bounded lineage that did not finish,
+settling a killed unbounded lineage's checkpoint into the tables (before a bounded run: Kafka splits
+keep their run's stopping offsets), and a new lineage at the recorded position (DESIGN.md section 9).
+A finished lineage's folder is removed, and a new lineage removes the ones it supersedes.
 """
 
 from __future__ import annotations

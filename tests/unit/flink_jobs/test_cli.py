@@ -13,6 +13,7 @@ import pytest
 from devtools import kafka_broker
 from flink_jobs import cli, cli_common, ingest
 from flink_jobs.cli_common import SHARED_FLAGS, JobFailedError
+from flink_jobs.resume import ResumeError
 from lakestream.config import ConfigError
 from lakestream.flink_runtime import FlinkRuntimeError
 from lakestream.paths import MissingBuildError
@@ -311,6 +312,7 @@ def test_a_bounded_run_that_ended_in_part_is_completed_first_with_its_own_ends(
         (kafka_broker.PortInUseError(9092), 2, "lakestream: port 9092 on 127.0.0.1 is already in use"),
         (StartingPointError("version 9 is past the end"), 2, "lakestream ingest: version 9 is past the end"),
         (JobFailedError("DataLossError: version 3"), 1, "lakestream ingest: job failed: DataLossError"),
+        (ResumeError("topic t was re-created"), 2, "lakestream ingest: topic t was re-created"),
     ],
 )
 def test_errors_end_a_subcommand_with_their_exit_code(
