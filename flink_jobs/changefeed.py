@@ -335,6 +335,8 @@ def cmd_changefeed(args: argparse.Namespace) -> int:
     bootstrap = broker(cfg) if target.kind == "kafka" else None
     positions_topic = (args.positions_topic or default_positions_topic(target.value)) if bootstrap else None
     folder = job_folder(cfg, f"changefeed/{args.table}/{target.kind}/{target.value}")
+    if bootstrap and positions_topic:
+        ensure_positions_topic(bootstrap, positions_topic)
     plan = changefeed_start_plan(cfg, args, folder)
     start = None if args.fresh else recorded_position(cfg, args.table, target, positions_topic, bootstrap)
     if plan.action == "restore":
@@ -356,8 +358,6 @@ def cmd_changefeed(args: argparse.Namespace) -> int:
     )
     folder.begin(lineage)
     folder.prune(lineage, keep_checkpoint=plan.checkpoint)
-    if bootstrap and positions_topic:
-        ensure_positions_topic(bootstrap, positions_topic)
     env = build_changefeed_job(
         cfg,
         table=args.table,

@@ -137,6 +137,8 @@ class KafkaJob:
     job_name: str
     #: The job's event-time gate starts from the recorded newest VALID event times (ingest).
     watermarks: bool = False
+    #: How the user sets ``starting_offsets``, for the run's first line.
+    starting_setting: str = "--starting-offsets"
 
 
 def run_kafka_job(cfg: Config, args: argparse.Namespace, job: KafkaJob) -> int:
@@ -189,7 +191,9 @@ def run_kafka_job(cfg: Config, args: argparse.Namespace, job: KafkaJob) -> int:
         folder.finish(plan.lineage)
         plan = resume.StartPlan("new", reason="the previous run is settled")
 
-    ends = snapshot_end_offsets(bootstrap, job.topics)
+    ends: EndOffsets = {}
+    if args.bounded or plan.action == "new":
+        ends = snapshot_end_offsets(bootstrap, job.topics, missing_ok=not args.bounded)
     start_offsets: EndOffsets | None = None
     seeds: dict[str, int] = {}
     start: dict[str, Any] = {}
@@ -323,7 +327,7 @@ def describe_kafka_start(
         source = f"the offsets {job.progress_table[0]} recorded with its rows"
         others = len(offsets) - len(recorded)
         if others:
-            source += f" ({others} partition(s) without one by --starting-offsets {job.starting_offsets})"
+            source += f" ({others} partition(s) without one by {job.starting_setting} {job.starting_offsets})"
     else:
-        source = f"--starting-offsets {job.starting_offsets} (nothing recorded yet)"
+        source = f"{job.starting_setting} {job.starting_offsets} (nothing recorded yet)"
     return f"starting {job.name} from {source}: {shown}{more} ({why})"

@@ -253,5 +253,6 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         build=build_ingest_job,
         job_name=JOB_NAME + (" (bounded)" if args.bounded else ""),
         watermarks=True,
+        starting_setting="kafka.starting_offsets",
     )
     return run_kafka_job(cfg, args, job)

@@ -104,12 +104,15 @@ def kafka_records(
     return stream.uid(uid)
 
 
-def snapshot_end_offsets(bootstrap_servers: str, topics: Sequence[str], *, timeout: float = 30) -> EndOffsets:
+def snapshot_end_offsets(
+    bootstrap_servers: str, topics: Sequence[str], *, timeout: float = 30, missing_ok: bool = False
+) -> EndOffsets:
     """The current end offset of every partition of ``topics``: where a bounded run stops.
 
     Taken by the client before the job starts, so the run's extent is known exactly and can be
     committed to the consumer group once the job has finished (see :func:`commit_group_offsets`).
-    A topic that does not exist fails here, with its name, rather than as an empty run.
+    A topic that does not exist fails here, with its name, rather than as an empty run; with
+    ``missing_ok`` (an unbounded run, which reads a topic once it appears) it is left out.
     """
     from kafka import KafkaConsumer, TopicPartition
 
@@ -118,6 +121,8 @@ def snapshot_end_offsets(bootstrap_servers: str, topics: Sequence[str], *, timeo
         partitions: list[TopicPartition] = []
         for topic in topics:
             ids = consumer.partitions_for_topic(topic)
+            if not ids and missing_ok:
+                continue
             if not ids:
                 raise ConfigError(
                     f"kafka topic {topic!r} does not exist on {bootstrap_servers}; "

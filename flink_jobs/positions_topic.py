@@ -76,6 +76,7 @@ def read_position(bootstrap_servers: str, topic: str, key: str, *, timeout: floa
         bootstrap_servers=bootstrap_servers,
         isolation_level="read_committed",
         enable_auto_commit=False,
+        allow_auto_create_topics=False,  # a missing positions topic is created compacted, not by a read
         request_timeout_ms=int(timeout * 1000),
     )
     deadline = time.monotonic() + timeout

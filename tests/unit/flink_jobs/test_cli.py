@@ -144,7 +144,9 @@ def kafka_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]
     from flink_jobs import kafka_input, tables
 
     calls: dict[str, Any] = {"commits": [], "printed": [], "runs": [], "starts": []}
-    monkeypatch.setattr(kafka_input, "snapshot_end_offsets", lambda bootstrap, topics: {(topics[0], 0): 7})
+    monkeypatch.setattr(
+        kafka_input, "snapshot_end_offsets", lambda bootstrap, topics, **kw: {(topics[0], 0): 7}
+    )
     monkeypatch.setattr(kafka_input, "commit_group_offsets", lambda *a: calls["commits"].append(a))
     monkeypatch.setattr(tables, "print_tables", lambda root: calls["printed"].append(root))
 
