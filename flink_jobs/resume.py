@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 
 LINEAGE_FILE = "lineage.json"
 LINEAGE_FORMAT = 1
+#: Name prefix of a folder renamed aside to be removed.
+_TRASH = ".removing-"
 
 
 class ResumeError(RuntimeError):
@@ -108,8 +110,21 @@ class JobFolder:
         """Every lineage, oldest first."""
         if not self.root.is_dir():
             return []
-        found = [lin for d in self.root.iterdir() if d.is_dir() and (lin := Lineage.read(d)) is not None]
+        found = [lin for d in self._folders() if (lin := Lineage.read(d)) is not None]
         return sorted(found, key=lambda lin: (lin.created_ms, lin.folder.name))
+
+    def _folders(self) -> list[Path]:
+        """The job folder's sub-folders, without those being removed (a crash during removal leaves
+        them renamed aside; they are removed now)."""
+        out = []
+        for d in self.root.iterdir():
+            if not d.is_dir():
+                continue
+            if d.name.startswith(_TRASH):
+                shutil.rmtree(d, ignore_errors=True)
+            else:
+                out.append(d)
+        return out
 
     def newest(self) -> Lineage | None:
         """The lineage of the latest run (the others are superseded by it)."""
@@ -124,11 +139,7 @@ class JobFolder:
         return max(found, key=_checkpoint_order, default=None)
 
     def _legacy_folders(self) -> list[Path]:
-        return [
-            d
-            for d in self.root.iterdir()
-            if d.is_dir() and not (d / LINEAGE_FILE).exists() and any(d.glob("chk-*"))
-        ]
+        return [d for d in self._folders() if not (d / LINEAGE_FILE).exists() and any(d.glob("chk-*"))]
 
     def checkpoint(self, lineage: Lineage) -> Path | None:
         """The newest completed checkpoint of ``lineage`` (its own, else the one it continues from)."""
@@ -180,7 +191,7 @@ def _remove(path: Path) -> None:
     """Remove a folder: first renamed aside (atomic), so a crash halfway leaves nothing that looks live."""
     if not path.exists():
         return
-    trash = path.with_name(f".removing-{path.name}-{uuid.uuid4().hex[:8]}")
+    trash = path.with_name(f"{_TRASH}{path.name}-{uuid.uuid4().hex[:8]}")
     path.rename(trash)
     shutil.rmtree(trash, ignore_errors=True)
 

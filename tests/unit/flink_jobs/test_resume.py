@@ -124,6 +124,11 @@ def test_prune_keeps_only_what_the_lineage_still_needs(tmp_path: Path) -> None:
     assert restored.is_dir() and (keep.folder / "lineage.json").is_file()
     folder.finish(keep)
     assert not keep.folder.exists() and list(tmp_path.iterdir()) == []
+    # A removal a crash interrupted (renamed aside, not yet deleted) is no lineage, and goes next time.
+    half = lineage(tmp_path, "half", created=3)
+    folder.begin(half)
+    half.folder.rename(tmp_path / ".removing-half-0000")
+    assert folder.newest() is None and list(tmp_path.iterdir()) == []
 
 
 def test_a_run_continues_or_begins_a_lineage(tmp_path: Path) -> None:
