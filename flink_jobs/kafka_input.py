@@ -97,8 +97,15 @@ def kafka_records(
     elif bounded:
         builder = builder.set_bounded(KafkaOffsetsInitializer.latest())
     # PyFlink only offers value-only deserializers; set ours on the Java builder directly.
-    builder._j_builder.setDeserializer(get_gateway().jvm.io.lakestream.flink.KafkaRecordToRow())
+    jvm = get_gateway().jvm
+    builder._j_builder.setDeserializer(jvm.io.lakestream.flink.KafkaRecordToRow())
     source = builder.build()
+    if bounded:
+        # Flink's bounded Kafka source never finishes once restored from a checkpoint (FLINK-31006);
+        # the wrapper signals the end its restored enumerator forgets. Same state, same uid.
+        from pyflink.datastream.connectors import Source
+
+        source = Source(jvm.io.lakestream.flink.BoundedKafkaSource(source.get_java_function()))
     # Watermarks are assigned after the adapters, where event time is known.
     stream = env.from_source(source, WatermarkStrategy.no_watermarks(), name)
     return stream.uid(uid)

@@ -351,3 +351,29 @@ def test_changefeed_to_kafka_is_exact_under_an_injected_failure_and_across_runs(
     )
     assert "resuming changefeed of silver/orders at version" in out
     assert_exactly(change_counter(kafka_changes(kafka, topic)), expected_changes(src))
+
+
+def test_a_killed_bounded_run_is_completed_by_the_next_run(
+    kafka: str, lakehouse: Path, tmp_path: Path
+) -> None:
+    topic = "periodic.killed"
+    create_topic(kafka, topic, partitions=2)
+    # One record per Python bundle: slow enough to be killed after some commits, before the end.
+    env = {**land_env(kafka, lakehouse, tmp_path), "LAKESTREAM__FLINK__BUNDLE_SIZE": "1"}
+    bounded = ["land", "--topic", topic, "--table", "raw/killed", "--bounded"]
+    uri = str(lakehouse / "raw" / "killed")
+    log = tmp_path / "killed.log"
+    sent = produce(kafka, topic, 0, 4000)
+    proc = start_job(bounded, env, log)
+    try:
+        wait_rows(uri, 1, proc, log)
+    finally:
+        kill_group(proc)
+    partial = rows(uri)
+    assert 0 < partial < len(sent), f"the run was not killed mid-way ({partial} rows)"
+
+    sent |= produce(kafka, topic, 4000, 500)  # more input before the next run
+    out = run_cli(*bounded, env=env)
+    # First the killed run, to its own end offsets (from its checkpoint), then this run from there.
+    assert "completing the interrupted bounded run" in out.stdout
+    assert landed(uri) == sent
