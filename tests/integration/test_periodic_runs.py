@@ -248,6 +248,32 @@ def test_changefeed_polls_to_kafka_continue_exactly(tmp_path: Path, lakehouse: P
     more_appends(src, newest_id(src) + 1, 2, rows=10)
     second = changefeed([*feed, "--polls", "6", "--max-files-per-trigger", "1"], env, tmp_path / "run2.log")
     assert f"in {topic}.lakestream-positions)" in second
+    assert_exactly(change_counter(kafka_changes(kafka, topic)), expected_changes(src))
+
+    # An unbounded run killed with a transaction open, then --polls: the restore aborts that transaction
+    # and replays after its checkpoint; read_committed consumers see every change once.
+    log = tmp_path / "run3.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flink_jobs", "changefeed", *feed, "--max-files-per-trigger", "1"],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        before = len(kafka_changes(kafka, topic))
+        more_appends(src, newest_id(src) + 1, 6, rows=10)
+        deadline = time.monotonic() + 120
+        while len(kafka_changes(kafka, topic)) <= before:
+            assert proc.poll() is None, f"job exited early:\n{log.read_text()[-4000:]}"
+            assert time.monotonic() < deadline, f"no new output:\n{log.read_text()[-4000:]}"
+        more_appends(src, newest_id(src) + 1, 2, rows=10)  # read while it runs, maybe not committed
+        time.sleep(1)
+    finally:
+        kill_group(proc)
+    fourth = changefeed([*feed, "--polls", "12"], env, tmp_path / "run4.log")
+    assert "resuming from checkpoint" in fourth
     events = kafka_changes(kafka, topic)
     assert_exactly(change_counter(events), expected_changes(src))
     versions = [e["_commit_version"] for e in events]
