@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from devtools import kafka_broker
 from flink_jobs import changefeed, demo, ingest, land
 from flink_jobs.cli_common import JobFailedError, SubParsers, add_command, add_flags, load
+from flink_jobs.resume import ResumeError
 from lakestream.config import ConfigError
 from lakestream.flink_runtime import FlinkRuntimeError
 from lakestream.paths import MissingBuildError
@@ -79,7 +80,7 @@ def failure(exc: Exception, command: str) -> tuple[int, str] | None:
         return 2, f"lakestream: configuration error: {exc}"
     if isinstance(exc, FlinkRuntimeError | MissingBuildError | kafka_broker.KafkaBrokerError):
         return 2, f"lakestream: {exc}"
-    if isinstance(exc, DeltaSourceError):
+    if isinstance(exc, DeltaSourceError | ResumeError):
         return 2, f"lakestream {command}: {exc}"
     if isinstance(exc, JobFailedError):
         return 1, f"lakestream {command}: job failed: {exc}"

@@ -33,11 +33,11 @@ section 3; ``--bounded`` and resuming: section 4.
 from __future__ import annotations
 
 import argparse
-import functools
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flink_jobs.cli_common import SubParsers, add_command, load, run_kafka_job
+from flink_jobs.cli_common import KafkaJob, SubParsers, add_command, load, run_kafka_job
 from lakestream.config import Config, ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -53,64 +53,12 @@ SILVER_TABLE = "silver/orders"
 TABLES = (BRONZE_TABLE, QUARANTINE_TABLE, REVIEW_TABLE, LATE_TABLE, SILVER_TABLE)
 
 
-def build_ingest_job(
-    cfg: Config,
-    *,
-    bootstrap_servers: str,
-    bounded: bool,
-    end_offsets: EndOffsets | None = None,
-    checkpoint_dir: str | None = None,
-    resume_from: Path | None = None,
-    job_name: str = JOB_NAME,
-) -> Any:
-    """Assemble the ingest graph and return its StreamExecutionEnvironment (not yet executed).
-
-    ``end_offsets`` fixes where a bounded run stops (``kafka_input.snapshot_end_offsets``);
-    ``resume_from`` restores a retained checkpoint. ``job_name`` prefixes the sinks' Delta transaction
-    ids: keep it stable for a deployment.
-    """
-    from datetime import datetime, timezone
-
-    from flink_jobs.kafka_input import kafka_records
-    from lakestream.adapters import AdapterSettings
-    from lakestream.flink_runtime import build_env
-    from lakestream.quality import QualityRules
+def table_specs(cfg: Config, job_name: str = JOB_NAME) -> dict[str, Any]:
+    """The five tables' sinks (``udfs.delta_sink.DeltaSinkSpec``) by table name; ``job_name`` prefixes
+    their app ids. The CLI needs them too: to tell whether a run ended and to settle one."""
     from lakestream.silver import SILVER_MERGE, SILVER_SCHEMA
     from lakestream.standard import BRONZE_SCHEMA, LATE_SCHEMA, QUARANTINE_SCHEMA
-    from udfs.checkpoint_markers import kafka_batches_with_markers
     from udfs.delta_sink import DeltaSinkSpec
-    from udfs.global_commit import COMMITTABLE_TYPE, commit_globally
-    from udfs.ingest_gate import dedup_by_key, event_time_gate
-    from udfs.ingest_resolve import LATE, SILVER, ResolveBatches
-    from udfs.ingest_standardise import BATCH_TYPE, BRONZE, QUARANTINE, REVIEW, StandardiseFunction
-
-    topics = dict(cfg.kafka.topics)
-    sources_by_topic = {topic: source for source, topic in topics.items()}
-    if len(sources_by_topic) != len(topics):
-        raise ValueError(f"kafka.topics: two sources share one topic ({topics}); give each source its own")
-    et = cfg.event_time
-    rules = QualityRules(
-        max_future=cfg.quality.max_future,
-        amount_ceiling=cfg.quality.amount_ceiling,
-        known_statuses=frozenset(cfg.quality.known_statuses),
-        min_event_time=datetime(2000, 1, 1, tzinfo=timezone.utc),
-    )
-
-    env = build_env(
-        cfg.flink, checkpoint_dir=checkpoint_dir, resume_from=resume_from, state_backend="rocksdb"
-    )
-    records = kafka_records(
-        env,
-        bootstrap_servers=bootstrap_servers,
-        topics=sorted(sources_by_topic),
-        group_id=cfg.kafka.group_id,
-        starting_offsets=cfg.kafka.starting_offsets,
-        bounded=bounded,
-        end_offsets=end_offsets,
-        consumer_properties=cfg.kafka.consumer,
-        name="kafka source records",
-        uid="ingest-kafka-source",
-    )
 
     def spec(table: str, schema: Any, **options: Any) -> Any:
         partition_by = cfg.tables.partition_by(table)
@@ -132,6 +80,84 @@ def build_ingest_job(
             **options,
         )
 
+    return {
+        BRONZE_TABLE: spec(BRONZE_TABLE, BRONZE_SCHEMA),
+        QUARANTINE_TABLE: spec(QUARANTINE_TABLE, QUARANTINE_SCHEMA),
+        REVIEW_TABLE: spec(REVIEW_TABLE, BRONZE_SCHEMA),
+        LATE_TABLE: spec(LATE_TABLE, LATE_SCHEMA),
+        SILVER_TABLE: spec(SILVER_TABLE, SILVER_SCHEMA, mode="merge", merge=SILVER_MERGE, commit="global"),
+    }
+
+
+def build_ingest_job(
+    cfg: Config,
+    *,
+    bootstrap_servers: str,
+    bounded: bool,
+    end_offsets: EndOffsets | None = None,
+    start_offsets: EndOffsets | None = None,
+    checkpoint_dir: str | None = None,
+    resume_from: Path | None = None,
+    job_name: str = JOB_NAME,
+    run_id: str | None = None,
+    watermark_seeds: Mapping[str, int] | None = None,
+) -> Any:
+    """Assemble the ingest graph and return its StreamExecutionEnvironment (not yet executed).
+
+    ``end_offsets`` fixes where a bounded run stops (``kafka_input.snapshot_end_offsets``),
+    ``start_offsets`` where a new lineage starts; ``resume_from`` restores a retained checkpoint.
+    ``watermark_seeds`` (``topic#partition`` -> newest VALID event time, epoch ms, as bronze recorded
+    it) start the event-time gate where the previous run's ended. ``job_name`` prefixes the sinks'
+    Delta transaction ids: keep it stable for a deployment.
+    """
+    from datetime import datetime, timezone
+
+    from flink_jobs.kafka_input import kafka_records, parse_split
+    from lakestream.adapters import AdapterSettings
+    from lakestream.flink_runtime import build_env
+    from lakestream.progress import watermark_key
+    from lakestream.quality import QualityRules
+    from udfs.checkpoint_markers import kafka_batches_with_markers
+    from udfs.global_commit import COMMITTABLE_TYPE, commit_globally
+    from udfs.ingest_gate import dedup_by_key, event_time_gate
+    from udfs.ingest_resolve import LATE, SILVER, ResolveBatches
+    from udfs.ingest_standardise import BATCH_TYPE, BRONZE, QUARANTINE, REVIEW, StandardiseFunction
+
+    topics = dict(cfg.kafka.topics)
+    sources_by_topic = {topic: source for source, topic in topics.items()}
+    if len(sources_by_topic) != len(topics):
+        raise ValueError(f"kafka.topics: two sources share one topic ({topics}); give each source its own")
+    et = cfg.event_time
+    rules = QualityRules(
+        max_future=cfg.quality.max_future,
+        amount_ceiling=cfg.quality.amount_ceiling,
+        known_statuses=frozenset(cfg.quality.known_statuses),
+        min_event_time=datetime(2000, 1, 1, tzinfo=timezone.utc),
+    )
+
+    env = build_env(
+        cfg.flink,
+        checkpoint_dir=checkpoint_dir,
+        resume_from=resume_from,
+        state_backend="rocksdb",
+        run_id=run_id,
+    )
+    seeds = dict(watermark_seeds or {})
+    records = kafka_records(
+        env,
+        bootstrap_servers=bootstrap_servers,
+        topics=sorted(sources_by_topic),
+        group_id=cfg.kafka.group_id,
+        starting_offsets=cfg.kafka.starting_offsets,
+        bounded=bounded,
+        end_offsets=end_offsets,
+        start_offsets=start_offsets,
+        consumer_properties=cfg.kafka.consumer,
+        name="kafka source records",
+        uid="ingest-kafka-source",
+    )
+
+    specs = table_specs(cfg, job_name)
     # Kafka records cross into Python in per-partition batches, with the checkpoint markers in between;
     # the standardise operator writes bronze, review and quarantine itself.
     batches = kafka_batches_with_markers(
@@ -148,12 +174,13 @@ def build_ingest_job(
                 adapter_settings=AdapterSettings(source_zone=et.source_zone),
                 rules=rules,
                 tables={
-                    BRONZE: spec(BRONZE_TABLE, BRONZE_SCHEMA),
-                    REVIEW: spec(REVIEW_TABLE, BRONZE_SCHEMA),
-                    QUARANTINE: spec(QUARANTINE_TABLE, QUARANTINE_SCHEMA),
+                    BRONZE: specs[BRONZE_TABLE],
+                    REVIEW: specs[REVIEW_TABLE],
+                    QUARANTINE: specs[QUARANTINE_TABLE],
                 },
                 parallelism=cfg.flink.parallelism,
                 max_parallelism=cfg.flink.max_parallelism,
+                watermark_seeds={watermark_key(*parse_split(s)): ms for s, ms in seeds.items()},
             ),
             output_type=BATCH_TYPE,
         )
@@ -166,6 +193,7 @@ def build_ingest_job(
         idleness_timeout=et.idleness_timeout,
         name="event-time gate",
         uid="ingest-event-time-gate",
+        seeds=seeds,
     )
     # Keyed by order from here on: one order's events and every copy of an event meet in one subtask,
     # whose de-dup state is Flink keyed state; this operator also emits the resolve operator's markers.
@@ -180,11 +208,11 @@ def build_ingest_job(
     )
     # Silver is committed globally: the resolve subtasks stage it and emit its committables, one
     # committer makes each checkpoint ONE MERGE (parallel MERGEs would conflict and serialize).
-    silver = spec(SILVER_TABLE, SILVER_SCHEMA, mode="merge", merge=SILVER_MERGE, commit="global")
+    silver = specs[SILVER_TABLE]
     committables = (
         marked.process(
             ResolveBatches(
-                tables={LATE: spec(LATE_TABLE, LATE_SCHEMA), SILVER: silver},
+                tables={LATE: specs[LATE_TABLE], SILVER: silver},
             ),
             output_type=COMMITTABLE_TYPE,
         )
@@ -207,14 +235,24 @@ def register(subparsers: SubParsers) -> argparse.ArgumentParser:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    """Run the ingest job (MiniCluster, or the cluster under ``flink run``); bounded runs list the tables."""
+    """Run the ingest job (MiniCluster, or the cluster under ``flink run``); bounded runs list the tables.
+
+    Every run continues where the previous one ended (DESIGN.md section 9): bronze's commits record
+    each partition's next offset and newest VALID event time.
+    """
     cfg = load(args)
-    return run_kafka_job(
-        cfg,
-        args,
-        job="ingest",
+    specs = table_specs(cfg)
+    bronze = specs[BRONZE_TABLE]
+    job = KafkaJob(
+        name="ingest",
         topics=sorted(set(cfg.kafka.topics.values())),
         group_id=cfg.kafka.group_id,
-        build=functools.partial(build_ingest_job, cfg),
+        progress_table=(bronze.table_uri, bronze.app_prefix),
+        tables=[specs[t] for t in TABLES],
+        starting_offsets=cfg.kafka.starting_offsets,
+        build=build_ingest_job,
         job_name=JOB_NAME + (" (bounded)" if args.bounded else ""),
+        watermarks=True,
+        starting_setting="kafka.starting_offsets",
     )
+    return run_kafka_job(cfg, args, job)

@@ -32,11 +32,16 @@ def kafka_records(
     starting_offsets: StartingOffsets = "committed",
     bounded: bool = False,
     end_offsets: EndOffsets | None = None,
+    start_offsets: EndOffsets | None = None,
     consumer_properties: Mapping[str, str] | None = None,
     name: str = "kafka-source",
     uid: str = "kafka-source",
 ) -> DataStream:
     """A Kafka source over ``topics``.
+
+    ``start_offsets`` (partition -> first offset to read) overrides ``starting_offsets`` for the
+    partitions it names: where a run that continues an earlier one starts (see
+    :func:`resolve_start_offsets`); partitions found later start by ``starting_offsets``.
 
     ``consumer_properties`` are extra consumer and ``source.reader.*`` properties (``kafka.consumer``;
     ``lakestream.config`` refuses the ones set here).
@@ -62,6 +67,14 @@ def kafka_records(
         "earliest": KafkaOffsetsInitializer.earliest(),
         "latest": KafkaOffsetsInitializer.latest(),
     }[starting_offsets]
+    if start_offsets:
+        from pyflink.datastream.connectors.kafka import KafkaTopicPartition
+
+        latest = starting_offsets == "latest"
+        reset = KafkaOffsetResetStrategy.LATEST if latest else KafkaOffsetResetStrategy.EARLIEST
+        starting = KafkaOffsetsInitializer.offsets(
+            {KafkaTopicPartition(t, p): o for (t, p), o in sorted(start_offsets.items())}, reset
+        )
     builder = (
         KafkaSource.builder()
         .set_bootstrap_servers(bootstrap_servers)
@@ -84,19 +97,29 @@ def kafka_records(
     elif bounded:
         builder = builder.set_bounded(KafkaOffsetsInitializer.latest())
     # PyFlink only offers value-only deserializers; set ours on the Java builder directly.
-    builder._j_builder.setDeserializer(get_gateway().jvm.io.lakestream.flink.KafkaRecordToRow())
+    jvm = get_gateway().jvm
+    builder._j_builder.setDeserializer(jvm.io.lakestream.flink.KafkaRecordToRow())
     source = builder.build()
+    if bounded:
+        # Flink's bounded Kafka source never finishes once restored from a checkpoint (FLINK-31006);
+        # the wrapper signals the end its restored enumerator forgets. Same state, same uid.
+        from pyflink.datastream.connectors import Source
+
+        source = Source(jvm.io.lakestream.flink.BoundedKafkaSource(source.get_java_function()))
     # Watermarks are assigned after the adapters, where event time is known.
     stream = env.from_source(source, WatermarkStrategy.no_watermarks(), name)
     return stream.uid(uid)
 
 
-def snapshot_end_offsets(bootstrap_servers: str, topics: Sequence[str], *, timeout: float = 30) -> EndOffsets:
+def snapshot_end_offsets(
+    bootstrap_servers: str, topics: Sequence[str], *, timeout: float = 30, missing_ok: bool = False
+) -> EndOffsets:
     """The current end offset of every partition of ``topics``: where a bounded run stops.
 
     Taken by the client before the job starts, so the run's extent is known exactly and can be
     committed to the consumer group once the job has finished (see :func:`commit_group_offsets`).
-    A topic that does not exist fails here, with its name, rather than as an empty run.
+    A topic that does not exist fails here, with its name, rather than as an empty run; with
+    ``missing_ok`` (an unbounded run, which reads a topic once it appears) it is left out.
     """
     from kafka import KafkaConsumer, TopicPartition
 
@@ -105,6 +128,8 @@ def snapshot_end_offsets(bootstrap_servers: str, topics: Sequence[str], *, timeo
         partitions: list[TopicPartition] = []
         for topic in topics:
             ids = consumer.partitions_for_topic(topic)
+            if not ids and missing_ok:
+                continue
             if not ids:
                 raise ConfigError(
                     f"kafka topic {topic!r} does not exist on {bootstrap_servers}; "
@@ -130,5 +155,79 @@ def commit_group_offsets(bootstrap_servers: str, group_id: str, offsets: EndOffs
     consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers, group_id=group_id, enable_auto_commit=False)
     try:
         consumer.commit({TopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in offsets.items()})
+    finally:
+        consumer.close()
+
+
+def split_name(topic: str, partition: int) -> str:
+    """A partition as ``topic#partition`` (the gate's split id; the key of offsets in lineage files)."""
+    return f"{topic}#{partition}"
+
+
+def parse_split(name: str) -> tuple[str, int]:
+    """The (topic, partition) of a :func:`split_name`."""
+    topic, _, partition = name.rpartition("#")
+    return topic, int(partition)
+
+
+def resolve_start_offsets(
+    bootstrap_servers: str,
+    group_id: str,
+    partitions: Sequence[tuple[str, int]],
+    recorded: Mapping[tuple[str, int], int],
+    fallback: StartingOffsets,
+    *,
+    timeout: float = 30,
+) -> tuple[EndOffsets, list[str]]:
+    """The first offset of every partition for a run that starts a new lineage, and notes for the user.
+
+    A partition the output recorded progress for starts there (exactly where the committed rows end);
+    the others start by ``fallback``: the consumer group's committed offset (else the earliest), the
+    earliest or the latest offset. A recorded offset below the partition's first one means retention
+    deleted records this job never read (noted, and the run starts at the first one); one beyond the
+    partition's end means the topic is not the one the position was recorded on: that fails.
+    """
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap_servers,
+        group_id=group_id,
+        enable_auto_commit=False,
+        request_timeout_ms=int(timeout * 1000),
+    )
+    try:
+        tps = [TopicPartition(t, p) for t, p in partitions]
+        firsts = consumer.beginning_offsets(tps)
+        ends = consumer.end_offsets(tps)
+        out: EndOffsets = {}
+        notes: list[str] = []
+        for tp in tps:
+            key = (tp.topic, tp.partition)
+            first, end = int(firsts[tp]), int(ends[tp])
+            if key in recorded:
+                offset = recorded[key]
+                if offset > end:
+                    from flink_jobs.resume import ResumeError
+
+                    raise ResumeError(
+                        f"kafka topic {tp.topic!r} partition {tp.partition} ends at offset {end}, but the "
+                        f"output recorded offset {offset} as read: the topic was deleted and re-created "
+                        "(or this is another cluster); start over with --fresh"
+                    )
+                if offset < first:
+                    notes.append(
+                        f"{split_name(*key)}: offsets {offset}..{first - 1} were deleted by retention before "
+                        f"this job read them; starting at {first}"
+                    )
+                    offset = first
+            elif fallback == "committed":
+                committed = consumer.committed(tp)
+                offset = first if committed is None else min(max(int(committed), first), end)
+            elif fallback == "earliest":
+                offset = first
+            else:
+                offset = end
+            out[key] = offset
+        return out, notes
     finally:
         consumer.close()

@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from flink_jobs.cli_common import SubParsers, add_command, load, run_kafka_job
+from flink_jobs.cli_common import KafkaJob, SubParsers, add_command, load, run_kafka_job
 from flink_jobs.kafka_input import EndOffsets, StartingOffsets, kafka_records
 from lakestream.config import Config
 from lakestream.flink_runtime import build_env
@@ -44,6 +44,18 @@ def landing_group(cfg: Config) -> str:
     return f"{cfg.kafka.group_id}-land"
 
 
+def landing_spec(cfg: Config, table: str, job_name: str = "lakestream-land") -> DeltaSinkSpec:
+    """The landing table's sink: its app prefix names the txn app ids, so keep ``job_name`` stable."""
+    return DeltaSinkSpec(
+        table_uri=cfg.lakehouse.table_uri(table),
+        app_prefix=f"{job_name}/{table}",
+        schema=LANDING_SCHEMA,
+        mode="append",
+        partition_by=("topic",),
+        kafka_progress=True,
+    )
+
+
 def build_landing_job(
     cfg: Config,
     *,
@@ -54,11 +66,17 @@ def build_landing_job(
     starting_offsets: StartingOffsets = "earliest",
     job_name: str = "lakestream-land",
     end_offsets: EndOffsets | None = None,
+    start_offsets: EndOffsets | None = None,
     checkpoint_dir: str | None = None,
     resume_from: Path | None = None,
+    run_id: str | None = None,
 ) -> Any:
-    """Assemble the landing graph and return its StreamExecutionEnvironment (not yet executed)."""
-    env = build_env(cfg.flink, checkpoint_dir=checkpoint_dir, resume_from=resume_from)
+    """Assemble the landing graph and return its StreamExecutionEnvironment (not yet executed).
+
+    Every commit of the table records the next offset of each partition whose records it holds
+    (``lakestream.progress``), where the next run starts (``start_offsets``).
+    """
+    env = build_env(cfg.flink, checkpoint_dir=checkpoint_dir, resume_from=resume_from, run_id=run_id)
     records = kafka_records(
         env,
         bootstrap_servers=bootstrap_servers,
@@ -67,18 +85,13 @@ def build_landing_job(
         starting_offsets=starting_offsets,
         bounded=bounded,
         end_offsets=end_offsets,
+        start_offsets=start_offsets,
         consumer_properties=cfg.kafka.consumer,
         name="kafka records",
         uid="land-kafka-source",
     )
     rows = records.map(to_landing_row).name("to landing row").uid("land-to-row")
-    spec = DeltaSinkSpec(
-        table_uri=cfg.lakehouse.table_uri(table),
-        app_prefix=f"{job_name}/{table}",
-        schema=LANDING_SCHEMA,
-        mode="append",
-        partition_by=("topic",),
-    )
+    spec = landing_spec(cfg, table, job_name)
     sink_to_delta(rows, spec, name=f"delta {table}", uid=f"land-delta-{table.replace('/', '-')}")
     return env
 
@@ -94,22 +107,30 @@ def register(subparsers: SubParsers) -> argparse.ArgumentParser:
     )
     p.add_argument("--topic", action="append", required=True, help="topic to read (repeatable)")
     p.add_argument("--table", required=True, help="table name under the lakehouse root, e.g. raw/orders")
-    p.add_argument("--starting-offsets", choices=["committed", "earliest", "latest"], default="committed")
+    p.add_argument(
+        "--starting-offsets",
+        choices=["committed", "earliest", "latest"],
+        default="committed",
+        help="where partitions start that the table has no recorded position for (a first run, "
+        "--fresh); later runs continue where the table's rows end (default: committed)",
+    )
     return p
 
 
 def cmd_land(args: argparse.Namespace) -> int:
-    """Land raw Kafka records into an append-only Delta table."""
+    """Land raw Kafka records into an append-only Delta table, from where the previous run ended."""
     cfg = load(args)
-    build = functools.partial(
-        build_landing_job, cfg, topics=args.topic, table=args.table, starting_offsets=args.starting_offsets
-    )
-    return run_kafka_job(
-        cfg,
-        args,
-        job=f"land/{args.table}",
+    spec = landing_spec(cfg, args.table)
+    job = KafkaJob(
+        name=f"land/{args.table}",
         topics=args.topic,
         group_id=landing_group(cfg),
-        build=build,
+        progress_table=(spec.table_uri, spec.app_prefix),
+        tables=[spec],
+        starting_offsets=args.starting_offsets,
+        build=functools.partial(
+            build_landing_job, topics=args.topic, table=args.table, starting_offsets=args.starting_offsets
+        ),
         job_name=args.job_name or f"lakestream-land {args.table}",
     )
+    return run_kafka_job(cfg, args, job)

@@ -258,7 +258,62 @@ _SECTIONS: dict[str, type[Any]] = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class _EnvText:
+    """The text of one environment override, read only once the type of its key is known."""
+
+    variable: str
+    text: str
+
+
+def _toml_string(text: str) -> str | None:
+    """The string ``text`` spells as a TOML string literal (``"a"``, ``'a'``), else None."""
+    stripped = text.strip()
+    if len(stripped) < 2 or stripped[0] not in "\"'" or stripped[-1] != stripped[0]:
+        return None
+    try:
+        value = tomllib.loads(f"v = {stripped}")["v"]
+    except tomllib.TOMLDecodeError:
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _env_value(hint: Any, text: str) -> Any:
+    """An environment override's text as a value of type ``hint`` (DESIGN.md section 7).
+
+    Text keys take the text as given (``LAKESTREAM__KAFKA__GROUP_ID=12345`` is the group ``"12345"``;
+    a quoted TOML string is unquoted); every other key reads the text as a TOML value when it parses as
+    one (numbers, booleans, arrays, inline tables), else as the text itself, which its type then checks.
+    """
+    origin = typing.get_origin(hint)
+    text_only = hint is str or hint is Decimal
+    if origin is Literal:
+        text_only = all(isinstance(c, str) for c in typing.get_args(hint))
+    if text_only:
+        quoted = _toml_string(text)
+        return text if quoted is None else quoted
+    if hint is bool and text.strip().lower() in ("true", "false"):
+        return text.strip().lower() == "true"
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def _env_leaf(value: Any) -> Any:
+    """A value inside a table key (``[kafka.topics]``): an override's text is taken as given."""
+    if isinstance(value, _EnvText):
+        quoted = _toml_string(value.text)
+        return value.text if quoted is None else quoted
+    return value
+
+
 def _coerce(key: str, hint: Any, value: Any) -> Any:
+    if isinstance(value, _EnvText):
+        try:
+            return _coerce(key, hint, _env_value(hint, value.text))
+        except ConfigError as exc:
+            raise ConfigError(f"environment variable {value.variable}: {exc}") from None
     origin = typing.get_origin(hint)
     if hint is timedelta:
         return parse_duration(value, key=key)
@@ -293,7 +348,9 @@ def _coerce(key: str, hint: Any, value: Any) -> Any:
             return tuple(value)
         raise ConfigError(f"{key}: expected an array of strings, got {value!r}")
     if origin is Mapping or origin is dict:
-        # Whole numbers are accepted as their text (``"max.poll.records" = 5000``; env values parse as TOML).
+        if isinstance(value, Mapping):
+            value = {k: _env_leaf(v) for k, v in value.items()}
+        # Whole numbers are accepted as their text (``"max.poll.records" = 5000``).
         if isinstance(value, Mapping) and all(
             isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool)) for v in value.values()
         ):
@@ -323,13 +380,6 @@ def _build_section(name: str, raw: Mapping[str, Any]) -> Any:
     return cls(**values)
 
 
-def _parse_env_value(text: str) -> Any:
-    try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
-        return text
-
-
 def _apply_env(raw: dict[str, Any], environ: Mapping[str, str]) -> None:
     for name, text in environ.items():
         if not name.upper().startswith(ENV_PREFIX):
@@ -341,9 +391,14 @@ def _apply_env(raw: dict[str, Any], environ: Mapping[str, str]) -> None:
                 f"{', '.join(_SECTIONS)}"
             )
         node = raw.setdefault(path[0], {})
-        for part in path[1:-1]:
+        for depth, part in enumerate(path[1:-1], start=2):
             node = node.setdefault(part, {})
-        node[path[-1]] = _parse_env_value(text)
+            if not isinstance(node, dict):
+                raise ConfigError(
+                    f"environment variable {name}: {'.'.join(path[:depth])} is not a table, so it has no "
+                    f"key {path[depth]!r}"
+                )
+        node[path[-1]] = _EnvText(name, text)
 
 
 def load_config(path: str | Path | None = None, *, environ: Mapping[str, str] | None = None) -> Config:

@@ -33,6 +33,8 @@ class JavaNotFoundError(FlinkRuntimeError):
 
 
 MIN_JAVA = 17
+#: Global job parameter with the sinks' run id of a fresh start (``CheckpointEpochOperator``'s).
+RUN_ID_PARAMETER = "lakestream.run-id"
 #: glibc arenas per process for the local JVM and its Python workers (``MALLOC_ARENA_MAX``).
 MALLOC_ARENAS = 2
 
@@ -140,6 +142,18 @@ def latest_checkpoint(checkpoint_dir: str | Path) -> Path | None:
     return max(done, key=lambda p: (p.stat().st_mtime, int(p.name.split("-")[1])))
 
 
+def check_runtime(cfg: FlinkConfig) -> None:
+    """Refuse what would fail only once the job runs: no Java 17, thread mode. ``build_env`` calls it;
+    the CLI calls it first too, before it contacts the broker."""
+    require_java()
+    if cfg.python_execution_mode == "thread":
+        raise FlinkRuntimeError(
+            "flink.python_execution_mode = 'thread' is not supported yet: PyFlink's embedded interpreter "
+            "(pemja) does not see the virtualenv's packages, and with them on its path the Delta sink's "
+            "pyarrow calls deadlock on the GIL. Use 'process' (the default)."
+        )
+
+
 def build_env(
     cfg: FlinkConfig,
     *,
@@ -148,23 +162,20 @@ def build_env(
     resume_from: Path | None = None,
     extra: dict[str, str] | None = None,
     state_backend: str = "hashmap",
+    run_id: str | None = None,
 ) -> StreamExecutionEnvironment:
     """A StreamExecutionEnvironment with lakestream's settings and jars.
 
     Under ``flink run`` this attaches to the cluster's environment; run from plain Python it starts a
     local MiniCluster. ``resume_from`` (a retained checkpoint or a savepoint) restores the job's state,
-    which is how a restarted process stays exactly once (see :func:`latest_checkpoint`).
+    which is how a restarted process stays exactly once (see :func:`latest_checkpoint`). ``run_id``
+    names the sinks' lineage on a fresh start (job parameter ``lakestream.run-id``; a restore keeps the
+    lineage's own); without it a fresh start takes the Flink job id.
     """
     from pyflink.common import Configuration
     from pyflink.datastream import StreamExecutionEnvironment
 
-    require_java()
-    if cfg.python_execution_mode == "thread":
-        raise FlinkRuntimeError(
-            "flink.python_execution_mode = 'thread' is not supported yet: PyFlink's embedded interpreter "
-            "(pemja) does not see the virtualenv's packages, and with them on its path the Delta sink's "
-            "pyarrow calls deadlock on the GIL. Use 'process' (the default)."
-        )
+    check_runtime(cfg)
     # On a local MiniCluster PyFlink would otherwise run every Python operator in "loopback" mode: as
     # threads of this client process, all behind one GIL (no parallelism on 2 cores), printing gRPC
     # tear-down tracebacks into the caller's terminal. Separate worker processes, as on a cluster, ran
@@ -182,6 +193,8 @@ def build_env(
     for key, value in {**settings, **(extra or {})}.items():
         conf.set_string(key, value)
     env = StreamExecutionEnvironment.get_execution_environment(conf)
+    if run_id:
+        env.get_config().set_global_job_parameters({RUN_ID_PARAMETER: run_id})
     env.set_python_executable(sys.executable)
     env.set_parallelism(cfg.parallelism)
     jar_list = list(jars) if jars is not None else paths.flink_jars()

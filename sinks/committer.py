@@ -6,7 +6,10 @@ rest with one txn action per app id: appended files as ``add`` actions, or one g
 conflict is re-planned from a fresh snapshot with ``RetryPolicy`` backoff. The manifests may come from
 several subtasks and runs; the committer keeps no per-subtask state. The counters of the manifests a
 commit takes are added up into its ``lakestream.counters`` metadata, so each is in the table exactly
-once (a commit of counters only has txn actions and metadata). Protocol: DESIGN.md section 3.
+once (a commit of counters only has txn actions and metadata). The manifests' progress values (where
+the writer's input stands, ``lakestream.progress``) become txn actions of the same commit, the later
+checkpoint's value winning: the table's progress describes exactly its rows (DESIGN.md section 9).
+Protocol: DESIGN.md section 3.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction
 
+from lakestream.progress import PROGRESS_KEY, merged, progress_app_id
 from sinks.errors import CommitConflictError, StagedFileMissingError
 from sinks.retry_policy import RetryPolicy
 from sinks.staging import Manifest, StagedFile, StagingArea
@@ -102,10 +106,14 @@ class DeltaCommitter:
             counters = sum_counters(pending)
             if counters:
                 metadata[COUNTERS_KEY] = counters
-            props = CommitProperties(
-                app_transactions=[Transaction(app_id, v) for app_id, v in versions.items()],
-                custom_metadata=metadata,
-            )
+            progress = latest_progress(pending)
+            if progress:
+                metadata[PROGRESS_KEY] = progress
+            transactions = [Transaction(app_id, v) for app_id, v in versions.items()]
+            transactions += [
+                Transaction(progress_app_id(self._staging.app_prefix, key), v) for key, v in progress.items()
+            ]
+            props = CommitProperties(app_transactions=transactions, custom_metadata=metadata)
             self.hooks.before_attempt(retries, dt)
             try:
                 if self.spec.mode == "append" or not any(m.files for m in pending):
@@ -173,6 +181,7 @@ class DeltaCommitter:
             table_version=self.snapshot().version(),
             app_versions=app_versions(committed, txn_version),
             counters=sum_counters(committed),
+            progress=latest_progress(committed),
         )
         log.info("%s: %s", self.log_name, result)
         return result
@@ -233,6 +242,12 @@ def sum_counters(manifests: Sequence[Manifest]) -> dict[str, int]:
         for name, value in m.counters.items():
             total[name] = total.get(name, 0) + value
     return dict(sorted(total.items()))
+
+
+def latest_progress(manifests: Sequence[Manifest]) -> dict[str, int]:
+    """The progress a commit of ``manifests`` records: per key, the value of the latest checkpoint."""
+    ordered = sorted(manifests, key=lambda m: (m.checkpoint_id, m.subtask))
+    return merged(m.progress for m in ordered)
 
 
 def _read_merge_source(path: Path, schema: pa.Schema) -> pa.Table:

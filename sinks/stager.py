@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -19,6 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc
 import pyarrow.parquet as pq
 
+from lakestream.progress import checked_progress
 from sinks.delta_files import file_stats, partition_dir, partition_value
 from sinks.errors import BatchSchemaError, KeyNullError
 from sinks.staging import (
@@ -81,29 +83,35 @@ class Stager:
         self._buffer = []
         self.metrics.buffered_rows = 0
 
-    def prepare(self, checkpoint_id: int, counters: Mapping[str, int] | None = None) -> Manifest | None:
-        """PRECOMMIT(n): stage the buffer durably for checkpoint n, with ``counters`` in its manifest.
+    def prepare(
+        self,
+        checkpoint_id: int,
+        counters: Mapping[str, int] | None = None,
+        progress: Mapping[str, int] | None = None,
+    ) -> Manifest | None:
+        """PRECOMMIT(n): stage the buffer durably for checkpoint n, with ``counters`` and ``progress``.
 
-        ``None`` when nothing was buffered and no counter is non-zero. Counters without rows still make
-        a manifest (without files), so that their checkpoint's commit records them too.
+        ``None`` when nothing was buffered, no counter is non-zero and there is no progress. Counters or
+        progress without rows still make a manifest (without files), so that their checkpoint's commit
+        records them too: a source that moved past input without rows must say so.
         """
-        counts = checked_counters(counters)
+        notes = _Notes(checked_counters(counters), checked_progress(progress))
         if not self._buffer:
-            if not any(counts.values()):
+            if not any(notes.counters.values()) and not notes.progress:
                 return None
-            return self._stage_counters_only(checkpoint_id, counts)
+            return self._stage_without_rows(checkpoint_id, notes)
         table = pa.Table.from_batches(self._buffer, schema=self.spec.schema)
         self.discard()
         if self.spec.mode == "append":
-            return self._stage_append(table, checkpoint_id, counts)
-        return self._stage_merge_source(table, checkpoint_id, counts)
+            return self._stage_append(table, checkpoint_id, notes)
+        return self._stage_merge_source(table, checkpoint_id, notes)
 
     def _write_pending(
         self,
         checkpoint_id: int,
         kind: ManifestKind,
         staging_dirs: tuple[str, ...],
-        counters: dict[str, int],
+        notes: _Notes,
     ) -> Manifest:
         """The ``pending`` manifest, durable before the first staged file, so no file is ever unowned."""
         pending = Manifest(
@@ -116,12 +124,13 @@ class Stager:
             token=new_token(),
             staging_dirs=staging_dirs,
             created_ms=now_ms(),
-            counters=counters,
+            counters=notes.counters,
+            progress=notes.progress,
         )
         self._staging.write(pending)
         return pending
 
-    def _stage_counters_only(self, checkpoint_id: int, counters: dict[str, int]) -> Manifest:
+    def _stage_without_rows(self, checkpoint_id: int, notes: _Notes) -> Manifest:
         kind: ManifestKind = "data_files" if self.spec.mode == "append" else "merge_source"
         prepared = Manifest(
             app_prefix=self._staging.app_prefix,
@@ -133,16 +142,17 @@ class Stager:
             token=new_token(),
             staging_dirs=(),
             created_ms=now_ms(),
-            counters=counters,
+            counters=notes.counters,
+            progress=notes.progress,
         )
         self._staging.write(prepared)
         return prepared
 
-    def _stage_append(self, table: pa.Table, checkpoint_id: int, counters: dict[str, int]) -> Manifest:
+    def _stage_append(self, table: pa.Table, checkpoint_id: int, notes: _Notes) -> Manifest:
         partition_by = list(self.spec.partition_by)
         groups = partition_groups(table, partition_by)
         pending = self._write_pending(
-            checkpoint_id, "data_files", tuple(sorted({rel or "." for _, rel, _ in groups})), counters
+            checkpoint_id, "data_files", tuple(sorted({rel or "." for _, rel, _ in groups})), notes
         )
         token = pending.token
         files: list[StagedFile] = []
@@ -199,11 +209,9 @@ class Stager:
         fsync_dir(folder)
         return out
 
-    def _stage_merge_source(self, table: pa.Table, checkpoint_id: int, counters: dict[str, int]) -> Manifest:
+    def _stage_merge_source(self, table: pa.Table, checkpoint_id: int, notes: _Notes) -> Manifest:
         folder = self._staging.merge_source_dir(self.run_id, self.subtask)
-        pending = self._write_pending(
-            checkpoint_id, "merge_source", (self._staging.relative(folder),), counters
-        )
+        pending = self._write_pending(checkpoint_id, "merge_source", (self._staging.relative(folder),), notes)
         reduced = self.spec.pre_reduce(table)
         folder.mkdir(parents=True, exist_ok=True)
         # Arrow IPC, not Parquet: the source never enters the table and is read back once at COMMIT;
@@ -226,6 +234,13 @@ class Stager:
         prepared = replace(pending, state="prepared", files=(staged,))
         self._staging.write(prepared)
         return prepared
+
+
+class _Notes(NamedTuple):
+    """What a manifest records besides its files: the checkpoint's counters and progress."""
+
+    counters: dict[str, int]
+    progress: dict[str, int]
 
 
 def checked_counters(counters: Mapping[str, int] | None) -> dict[str, int]:

@@ -94,6 +94,11 @@ class Manifest:
     #: that takes this manifest adds them into its ``lakestream.counters`` metadata, so each is recorded
     #: in the table exactly once. Absent in manifests of earlier versions: read as none.
     counters: dict[str, int] = field(default_factory=dict)
+    #: Where the writer's input stands once this checkpoint's rows are in (``lakestream.progress``): the
+    #: commit that takes this manifest records each value as a txn action, the later checkpoint's value
+    #: winning, so a table's progress always describes exactly the rows committed. Absent in manifests
+    #: of earlier versions: read as none.
+    progress: dict[str, int] = field(default_factory=dict)
 
     @property
     def app_id(self) -> str:
@@ -129,6 +134,7 @@ class Manifest:
             "staging_dirs": list(self.staging_dirs),
             "created_ms": self.created_ms,
             "counters": dict(sorted(self.counters.items())),
+            "progress": dict(sorted(self.progress.items())),
             "files": [
                 {
                     "path": f.path,
@@ -160,6 +166,7 @@ class Manifest:
             staging_dirs=tuple(doc["staging_dirs"]),
             created_ms=int(doc["created_ms"]),
             counters={str(k): int(v) for k, v in doc.get("counters", {}).items()},
+            progress={str(k): int(v) for k, v in doc.get("progress", {}).items()},
             files=tuple(
                 StagedFile(
                     path=f["path"],

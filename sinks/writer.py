@@ -149,11 +149,17 @@ class TwoPhaseDeltaWriter:
             raise MarkerOrderError("data arrived after END_OF_INPUT")
         stager.write(batch)
 
-    def prepare(self, checkpoint_id: int, counters: Mapping[str, int] | None = None) -> Manifest | None:
+    def prepare(
+        self,
+        checkpoint_id: int,
+        counters: Mapping[str, int] | None = None,
+        progress: Mapping[str, int] | None = None,
+    ) -> Manifest | None:
         """PRECOMMIT(n): stage the buffer durably for checkpoint n; nothing enters the Delta log.
 
         ``counters`` (name -> count of this checkpoint) go into the manifest and, summed, into the
-        metadata of the Delta commit that takes it, exactly once (``lakestream.counters``).
+        metadata of the Delta commit that takes it, exactly once (``lakestream.counters``). ``progress``
+        (key -> where the input stands once these rows are in) becomes txn actions of that commit.
         """
         stager, _ = self._require_open("PRECOMMIT")
         if self._ended or self._input_already_committed:
@@ -165,7 +171,7 @@ class TwoPhaseDeltaWriter:
                 "increase within a task attempt"
             )
         self._last_prepared = checkpoint_id
-        manifest = stager.prepare(checkpoint_id, counters)
+        manifest = stager.prepare(checkpoint_id, counters, progress)
         if manifest is not None:
             if self.commit_mode == "global":
                 self._committables.append(
@@ -195,7 +201,9 @@ class TwoPhaseDeltaWriter:
         self._update_staged_metrics()
         return result
 
-    def end_of_input(self, counters: Mapping[str, int] | None = None) -> CommitResult:
+    def end_of_input(
+        self, counters: Mapping[str, int] | None = None, progress: Mapping[str, int] | None = None
+    ) -> CommitResult:
         """END_OF_INPUT: the bounded input ended; commit everything now under ``EOI_CHECKPOINT_ID``.
 
         In global commit mode the rest is staged instead, as the committable of the checkpoint after the
@@ -211,10 +219,10 @@ class TwoPhaseDeltaWriter:
             return CommitResult(committed=False, checkpoint_id=EOI_CHECKPOINT_ID)
         if self.commit_mode == "global":
             end_id = (0 if self._last_prepared is None else self._last_prepared) + 1
-            self.prepare(end_id, counters)
+            self.prepare(end_id, counters, progress)
             self._ended = True
             return CommitResult(committed=False, checkpoint_id=end_id)
-        self.prepare(EOI_CHECKPOINT_ID, counters)
+        self.prepare(EOI_CHECKPOINT_ID, counters, progress)
         result = self.commit(EOI_CHECKPOINT_ID)
         self._ended = True
         return result

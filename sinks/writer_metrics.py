@@ -44,6 +44,8 @@ class CommitResult:
     app_versions: dict[str, int] = field(default_factory=dict)
     #: The committed manifests' counters, summed (what the commit's ``lakestream.counters`` says).
     counters: dict[str, int] = field(default_factory=dict)
+    #: The progress values the commit recorded (``lakestream.progress``), the later checkpoint's winning.
+    progress: dict[str, int] = field(default_factory=dict)
 
     def __str__(self) -> str:
         if not self.committed:

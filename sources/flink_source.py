@@ -2,7 +2,9 @@
 
 PyFlink cannot run a Python source, so a checkpointed stream of ticks drives one keyed
 :class:`DeltaSourceFunction`, which keeps the offset in ``ValueState`` and stores it after a batch's last
-row; why that makes restores exact is in DESIGN.md section 6.
+row; why that makes restores exact is in DESIGN.md section 6. With ``emit_progress`` it also emits the
+new offset after the batch's last row, as a ``lakestream.progress.Progress`` for the sink to record with
+those rows (DESIGN.md section 9).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pyflink.common import Types, WatermarkStrategy
 from pyflink.datastream import KeyedProcessFunction, RuntimeContext
 from pyflink.datastream.state import ValueStateDescriptor
 
+from lakestream.progress import Progress
 from sources.offsets import SourceOffset
 from sources.options import DeltaSourceOptions
 from sources.reader import table_rows
@@ -41,12 +44,18 @@ class DeltaSourceFunction(KeyedProcessFunction):  # type: ignore[misc]
         *,
         storage_options: Mapping[str, str] | None = None,
         metric_scope: str = "",
+        start: SourceOffset | None = None,
+        emit_progress: bool = False,
     ) -> None:
+        """``start``: where a stream without state begins (a recorded position), instead of the options'
+        starting point; a restored offset wins over it. ``emit_progress``: see the module docstring."""
         self.table_uri = table_uri
         self.options = options
         self.read_schema = read_schema
         self.storage_options = dict(storage_options or {})
         self.metric_scope = metric_scope or table_uri
+        self.start_json = start.to_json() if start is not None else None
+        self.emit_progress = emit_progress
         self.reader: DeltaStreamReader | None = None
         self.last: PollReport | None = None
         self._lag_ms: int = 0
@@ -75,11 +84,12 @@ class DeltaSourceFunction(KeyedProcessFunction):  # type: ignore[misc]
         group.gauge("sourceLagMs", lambda: self._lag_ms)
         group.gauge("lastCompleteVersion", lambda: self.last.end.last_complete_version if self.last else -1)
 
-    def process_element(self, value: Any, ctx: KeyedProcessFunction.Context) -> Iterator[tuple[Any, ...]]:
-        """Poll once: emit the batch after the stored offset, then store the new offset."""
+    def process_element(self, value: Any, ctx: KeyedProcessFunction.Context) -> Iterator[Any]:
+        """Poll once: emit the batch after the stored offset, then store (and emit) the new offset."""
         assert self.reader is not None
         raw = self.offset_state.value()
-        offset = self.reader.start(SourceOffset.from_json(raw) if raw else None)
+        stored = raw or self.start_json
+        offset = self.reader.start(SourceOffset.from_json(stored) if stored else None)
         started = time.time()
         plan = self.reader.plan(offset)
         rows = 0
@@ -89,6 +99,10 @@ class DeltaSourceFunction(KeyedProcessFunction):  # type: ignore[misc]
         # Only after the last row: the state of any checkpoint matches exactly what was emitted before it.
         if plan.end != offset or raw is None:
             self.offset_state.update(plan.end.to_json())
+            # A start resolved from the options now ('latest', a timestamp) is recorded even when the
+            # poll found nothing: the next run must not resolve it again later.
+            if self.emit_progress and (plan.end != offset or stored is None):
+                yield Progress(plan.end.progress())
         report = self.reader.report(plan, rows=rows, started=started)
         self._record(report)
 
@@ -145,12 +159,16 @@ def delta_source(
     ticks: int | None = None,
     read_schema: pa.Schema | None = None,
     storage_options: Mapping[str, str] | None = None,
+    start: SourceOffset | None = None,
+    emit_progress: bool = False,
 ) -> DataStream:
     """Follow a Delta table as a stream of value tuples in :func:`sources.reader.output_schema` order.
 
     ``ticks`` bounds the number of polls (tests, catch-up runs); None polls forever. The read schema
-    defaults to the table's schema now. Operator uids: ``<uid>-ticks[-bounded]``, ``<uid>``; keep them
-    stable across upgrades so the offset state is found on restore.
+    defaults to the table's schema now. ``start`` and ``emit_progress``: see
+    :class:`DeltaSourceFunction` (with ``emit_progress`` the stream also carries ``Progress`` records).
+    Operator uids: ``<uid>-ticks[-bounded]``, ``<uid>``; keep them stable across upgrades so the
+    offset state is found on restore.
     """
     schema = (
         read_schema
@@ -164,7 +182,15 @@ def delta_source(
         name=f"{name} ticks",
         uid=f"{uid}-ticks",
     )
-    fn = DeltaSourceFunction(table_uri, options, schema, storage_options=storage_options, metric_scope=uid)
+    fn = DeltaSourceFunction(
+        table_uri,
+        options,
+        schema,
+        storage_options=storage_options,
+        metric_scope=uid,
+        start=start,
+        emit_progress=emit_progress,
+    )
     return (
         ticks_ds.key_by(lambda _tick: 0, key_type=Types.INT())
         .process(fn)

@@ -7,12 +7,26 @@ means and why restores are exact: DESIGN.md section 6.
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from sources.errors import OffsetMismatchError
 
 OFFSET_FORMAT = 1
+
+#: Progress keys (``lakestream.progress``) of an offset, as the change feed's sinks record it.
+PROGRESS_VERSION = "delta/version"
+PROGRESS_INDEX = "delta/index"
+PROGRESS_SNAPSHOT = "delta/snapshot"
+PROGRESS_TABLE = "delta/table"
+PROGRESS_KEYS = (PROGRESS_VERSION, PROGRESS_INDEX, PROGRESS_SNAPSHOT, PROGRESS_TABLE)
+
+
+def table_id_code(table_id: str) -> int:
+    """A 60-bit code of a Delta table id, so a txn action (a number) can say which table it means."""
+    return int(hashlib.sha256(table_id.encode("utf-8")).hexdigest()[:15], 16)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +83,50 @@ class SourceOffset:
             table_id=str(data.get("table_id", "")),
             snapshot_order=str(data.get("snapshot_order", "")),
         )
+
+    def progress(self) -> dict[str, int]:
+        """This offset as progress values (``lakestream.progress``), recorded with the rows before it.
+
+        Only for offsets without an event-time snapshot order (the change feed never sets one).
+        """
+        if self.snapshot_order:
+            raise ValueError("an offset of an event-time ordered snapshot cannot be recorded as progress")
+        values = {
+            PROGRESS_VERSION: self.version,
+            PROGRESS_INDEX: self.index,
+            PROGRESS_SNAPSHOT: int(self.in_snapshot),
+        }
+        if self.table_id:
+            values[PROGRESS_TABLE] = table_id_code(self.table_id)
+        return values
+
+    @classmethod
+    def from_progress(
+        cls, values: Mapping[str, int], *, table_id: str, table_uri: str
+    ) -> SourceOffset | None:
+        """The offset recorded as ``values`` (None when none is), checked against the table now there."""
+        if PROGRESS_VERSION not in values:
+            return None
+        recorded = values.get(PROGRESS_TABLE)
+        if recorded is not None and table_id and recorded != table_id_code(table_id):
+            raise OffsetMismatchError(
+                f"the recorded position (version {values[PROGRESS_VERSION]}) belongs to another Delta "
+                f"table than the one at {table_uri} now (table id {table_id}: the table was dropped and "
+                "re-created); start over with --fresh"
+            )
+        return cls(
+            version=int(values[PROGRESS_VERSION]),
+            index=int(values.get(PROGRESS_INDEX, 0)),
+            in_snapshot=bool(values.get(PROGRESS_SNAPSHOT, 0)),
+            table_id=table_id,
+        )
+
+    def describe(self) -> str:
+        """In words: ``version 7``, ``the initial snapshot of version 5 at file 3``."""
+        where = f"version {self.version}"
+        if self.in_snapshot:
+            where = f"the initial snapshot of {where}"
+        return where if self.index == 0 else f"{where} at file {self.index}"
 
     def check_table(self, table_id: str, table_uri: str) -> None:
         """Fail when the offset was taken on another table than the one at ``table_uri`` now."""

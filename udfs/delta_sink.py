@@ -16,6 +16,7 @@ import pyarrow as pa
 from pyflink.common import Types
 from pyflink.datastream import ProcessFunction, RuntimeContext
 
+from lakestream.progress import Progress, kafka_offsets_of
 from udfs.checkpoint_markers import (
     COMMIT,
     DATA,
@@ -60,10 +61,20 @@ class DeltaSinkSpec:
     #: only stage and emit committables, and one ``udfs.global_commit.GlobalCommitterFunction`` commits
     #: each checkpoint of all of them in one Delta commit (DESIGN.md section 3).
     commit: Literal["subtask", "global"] = "subtask"
+    #: Record the Kafka progress of the rows (``topic``, ``partition``, ``offset`` columns: the next
+    #: offset per partition) in each commit, for a job whose rows are its Kafka records one to one.
+    kafka_progress: bool = False
 
     def __post_init__(self) -> None:
         if self.commit not in ("subtask", "global"):
             raise ValueError(f"commit must be 'subtask' or 'global', got {self.commit!r}")
+        if self.kafka_progress:
+            missing = [c for c in ("topic", "partition", "offset") if c not in self.schema.names]
+            if missing:
+                raise ValueError(
+                    f"{self.app_prefix}: kafka_progress needs the columns topic, partition and offset; "
+                    f"the schema lacks {', '.join(missing)}"
+                )
 
 
 #: Flink gauge name -> ``sinks.writer_metrics.WriterMetrics`` attribute (``*_s`` exported in ms) of what
@@ -128,6 +139,8 @@ class TableWriters:
         self.writers: dict[str, TwoPhaseDeltaWriter] = {}
         self.rows: dict[str, list[tuple[Any, ...]]] = {name: [] for name in specs}
         self.global_tables = tuple(name for name, spec in self.specs.items() if spec.commit == "global")
+        #: Progress noted since the last PRECOMMIT, per table: staged with that checkpoint's rows.
+        self.progress: dict[str, dict[str, int]] = {name: {} for name in specs}
 
     def register_metrics(self, runtime_context: RuntimeContext) -> None:
         """Gauges over each writer's own cumulative ``WriterMetrics`` (no second bookkeeping).
@@ -157,13 +170,30 @@ class TableWriters:
     def add_batch(self, table: str, batch: pa.RecordBatch | pa.Table) -> None:
         """Hand an Arrow batch of ``table`` (its schema) to the writer, after any buffered rows."""
         self._flush(table)
-        self.writers[table].write(batch)
+        self._write(table, batch)
+
+    def note_progress(self, table: str, values: Mapping[str, int]) -> None:
+        """Where the input stands once the rows handed over so far are in: recorded with them.
+
+        Kept until the next PRECOMMIT or END_OF_INPUT, whose manifest (and so whose commit) records
+        it; a later value of a key replaces an earlier one.
+        """
+        self.progress[table].update(values)
 
     def _flush(self, table: str) -> None:
         rows = self.rows[table]
         if rows:
-            self.writers[table].write(rows_to_batch(rows, self.specs[table].schema))
+            self._write(table, rows_to_batch(rows, self.specs[table].schema))
             self.rows[table] = []
+
+    def _write(self, table: str, batch: pa.RecordBatch | pa.Table) -> None:
+        self.writers[table].write(batch)
+        if self.specs[table].kafka_progress:
+            self.progress[table].update(kafka_offsets_of(batch))
+
+    def _take_progress(self, table: str) -> dict[str, int]:
+        out, self.progress[table] = self.progress[table], {}
+        return out
 
     def on_marker(self, value: Any) -> list[str]:
         """Apply one OPEN / PRECOMMIT / COMMIT / END_OF_INPUT marker row to every table; commit reports.
@@ -221,14 +251,14 @@ class TableWriters:
         elif kind == PRECOMMIT:
             for name, writer in self.writers.items():
                 self._flush(name)
-                writer.prepare(checkpoint_id, counts.get(name))
+                writer.prepare(checkpoint_id, counts.get(name), self._take_progress(name))
         elif kind == COMMIT:
             results = [writer.commit(checkpoint_id) for writer in self.writers.values()]
             return_free_memory()  # this checkpoint's batches and files are gone
         elif kind == END_OF_INPUT:
             for name, writer in self.writers.items():
                 self._flush(name)
-                results.append(writer.end_of_input(counts.get(name)))
+                results.append(writer.end_of_input(counts.get(name), self._take_progress(name)))
         reports = [
             f"{self.specs[name].app_prefix}: {result}"
             for name, result in zip(self.writers, results, strict=False)
@@ -249,7 +279,11 @@ class TableWriters:
 
 
 class DeltaSinkFunction(ProcessFunction):  # type: ignore[misc]
-    """A Python sink operator for one table: data rows and markers in, commit reports out."""
+    """A Python sink operator for one table: data rows and markers in, commit reports out.
+
+    A ``lakestream.progress.Progress`` among the data rows is where the upstream source stands once
+    the rows before it are in; the sink records it in the commit that takes those rows.
+    """
 
     def __init__(self, spec: DeltaSinkSpec) -> None:
         if spec.commit != "subtask":
@@ -266,7 +300,11 @@ class DeltaSinkFunction(ProcessFunction):  # type: ignore[misc]
     def process_element(self, value: Any, ctx: ProcessFunction.Context) -> Iterator[str]:
         """Dispatch one data row (one record each: read by position, not decoded) or marker."""
         if value[KIND_FIELD] == DATA:
-            self.tables.add("table", value[PAYLOAD_FIELD])
+            payload = value[PAYLOAD_FIELD]
+            if type(payload) is Progress:
+                self.tables.note_progress("table", payload.values)
+            else:
+                self.tables.add("table", payload)
         else:
             yield from self.tables.on_marker(value)
 
@@ -275,15 +313,19 @@ class DeltaSinkFunction(ProcessFunction):  # type: ignore[misc]
         self.tables.close()
 
 
-def sink_to_delta(stream: DataStream, spec: DeltaSinkSpec, *, name: str, uid: str) -> None:
+def sink_to_delta(
+    stream: DataStream, spec: DeltaSinkSpec, *, name: str, uid: str, parallelism: int | None = None
+) -> None:
     """Write ``stream`` (value tuples in ``spec.schema`` order) exactly once into a Delta table.
 
-    Operator uids derive from ``uid``: ``<uid>-markers``, ``<uid>-writer``, ``<uid>-end``.
+    Operator uids derive from ``uid``: ``<uid>-markers``, ``<uid>-writer``, ``<uid>-end``. Pass
+    ``parallelism`` to run the sink at another parallelism than the job's (the change feed's one writer).
     """
-    marked = with_checkpoint_markers(stream, name=f"{name} markers", uid=f"{uid}-markers")
-    reports = (
-        marked.process(DeltaSinkFunction(spec), output_type=Types.STRING())
-        .name(f"{name} writer")
-        .uid(f"{uid}-writer")
+    marked = with_checkpoint_markers(
+        stream, name=f"{name} markers", uid=f"{uid}-markers", parallelism=parallelism
     )
-    discard(reports, name=f"{name} end", uid=f"{uid}-end")
+    writer = marked.process(DeltaSinkFunction(spec), output_type=Types.STRING())
+    reports = writer.name(f"{name} writer").uid(f"{uid}-writer")
+    if parallelism is not None:
+        reports = reports.set_parallelism(parallelism)
+    discard(reports, name=f"{name} end", uid=f"{uid}-end", parallelism=parallelism)

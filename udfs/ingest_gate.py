@@ -9,6 +9,7 @@ cheaply (DESIGN.md section 2).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -27,10 +28,13 @@ def event_time_gate(
     idleness_timeout: timedelta,
     name: str,
     uid: str,
+    seeds: Mapping[str, int] | None = None,
 ) -> DataStream:
     """Run ``stream`` (``ingest_standardise.BATCH_TYPE`` rows) through the gate, chained, same parallelism.
 
-    Header rows are consumed; part rows come out with their late watermarks filled in.
+    Header rows are consumed; part rows come out with their late watermarks filled in. ``seeds`` (split
+    id ``topic#partition`` -> newest VALID event time, epoch ms) start the splits of a job that starts
+    without state where an earlier run ended; a restore ignores them.
     """
     from pyflink.datastream import DataStream
     from pyflink.java_gateway import get_gateway
@@ -38,8 +42,11 @@ def event_time_gate(
     if max_out_of_orderness < timedelta(0):
         raise ValueError(f"event_time.max_out_of_orderness: must not be negative, got {max_out_of_orderness}")
     jvm = get_gateway().jvm
+    j_seeds = jvm.java.util.HashMap()
+    for split, newest in sorted((seeds or {}).items()):
+        j_seeds.put(split, jvm.java.lang.Long.valueOf(int(newest)))
     operator = jvm.io.lakestream.flink.EventTimeGate(
-        _millis(max_out_of_orderness), max(0, _millis(idleness_timeout))
+        _millis(max_out_of_orderness), max(0, _millis(idleness_timeout)), j_seeds
     )
     j_stream = stream._j_data_stream
     return DataStream(j_stream.transform(name, j_stream.getType(), operator).uid(uid))

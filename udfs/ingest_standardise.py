@@ -19,6 +19,7 @@ from pyflink.datastream import ProcessFunction, RuntimeContext
 
 from lakestream.adapters import AdapterSettings, get_adapter
 from lakestream.keys import split_by_subtask
+from lakestream.progress import kafka_key, watermark_key
 from lakestream.quality import QualityRules, classify
 from lakestream.standard import EVENT_COLUMNS, Rejected
 from udfs.checkpoint_markers import DATA, Marker
@@ -76,7 +77,10 @@ class StandardiseFunction(ProcessFunction):  # type: ignore[misc]
         tables: Mapping[str, DeltaSinkSpec],
         parallelism: int,
         max_parallelism: int,
+        watermark_seeds: Mapping[str, int] | None = None,
     ) -> None:
+        """``watermark_seeds``: the ``watermark/<topic>/<partition>`` progress a run that continues an
+        earlier one starts from (the gate gets the same), so bronze's record of them never goes back."""
         if not 1 <= parallelism <= max_parallelism:
             raise ValueError(
                 f"flink.parallelism ({parallelism}) must be between 1 and flink.max_parallelism "
@@ -95,6 +99,7 @@ class StandardiseFunction(ProcessFunction):  # type: ignore[misc]
         self.parallelism = parallelism
         self.max_parallelism = max_parallelism
         self._bronze_schema = tables[BRONZE].schema
+        self._maxima = dict(watermark_seeds or {})
 
     def open(self, runtime_context: RuntimeContext) -> None:
         """Resolve adapters once and register the quality counters."""
@@ -143,6 +148,7 @@ class StandardiseFunction(ProcessFunction):  # type: ignore[misc]
             if n:
                 self._counters[quality].inc(n)
                 counts[quality] = 0
+        self._note_progress(batch, times)
         if not rows:
             return
         # One Arrow batch per Kafka batch: bronze takes it whole, the gate gets its VALID rows as IPC.
@@ -172,6 +178,20 @@ class StandardiseFunction(ProcessFunction):  # type: ignore[misc]
                     None,
                     pack_events(rows_of_part),
                 )
+
+    def _note_progress(self, batch: KafkaBatch, times: list[int]) -> None:
+        """Bronze's commits record where each partition stands (DESIGN.md section 9): the next offset,
+        and the newest VALID event time, which the next run's gate starts from."""
+        if not batch.offsets:
+            return
+        progress = {kafka_key(batch.topic, batch.partition): batch.offsets[-1] + 1}
+        if times:
+            key = watermark_key(batch.topic, batch.partition)
+            newest = max(times)
+            if newest >= 0 and newest > self._maxima.get(key, -1):
+                self._maxima[key] = newest
+                progress[key] = newest
+        self.tables.note_progress(BRONZE, progress)
 
     def _route(self, topic: str, partition: int, offset: int, payload: bytes | None, now: datetime) -> Any:
         """One record -> review/quarantine; returns its bronze tuple (None for a reject)."""

@@ -251,6 +251,7 @@ def test_killed_changefeed_restarted_from_its_checkpoint_is_exact(tmp_path: Path
     last = max(DeltaTable(str(src)).to_pyarrow_table().column("id").to_pylist())
     more_appends(src, last + 1, 3)
     want = expected_changes(src)
+    latest_checkpoint(tmp_path / "ckpt")  # the first run did leave a completed checkpoint
 
     restart = run(
         [
@@ -269,9 +270,11 @@ def test_killed_changefeed_restarted_from_its_checkpoint_is_exact(tmp_path: Path
     )
     assert restart.returncode == 0, f"restart failed:\n{restart.output[-6000:]}"
     # No flag needed: the job resumes from its own newest retained checkpoint by default.
-    latest_checkpoint(tmp_path / "ckpt")  # the first run did leave a completed checkpoint
     assert "resuming from checkpoint" in restart.output
     assert_exactly(output_changes(out), want)
+    # The restart ended by itself with everything committed: its position is the table's, no checkpoint
+    # is left to resume from by mistake.
+    assert not list((tmp_path / "ckpt").rglob("chk-*/_metadata"))
 
 
 def test_changefeed_to_kafka_exactly_once(tmp_path: Path, lakehouse: Path, kafka: str) -> None:

@@ -1,4 +1,4 @@
-"""The CLI's shared pieces: flags, configuration, broker, checkpoints, bounded ending, exit codes."""
+"""The CLI's shared pieces: flags, configuration, broker, where a run starts, bounded ending, exit codes."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 from devtools import kafka_broker
 from flink_jobs import cli, cli_common, ingest
 from flink_jobs.cli_common import SHARED_FLAGS, JobFailedError
+from flink_jobs.resume import ResumeError
 from lakestream.config import ConfigError
 from lakestream.flink_runtime import FlinkRuntimeError
 from lakestream.paths import MissingBuildError
@@ -122,21 +123,6 @@ def test_broker_resolution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert cli_common.broker(cfg) == "127.0.0.1:4242"
 
 
-def test_checkpoints_folder_per_job_and_resume_from_the_newest(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    cfg = cli_common.load(argparse.Namespace(config=None))
-    cfg = cfg.replace("flink", checkpoint_dir=str(tmp_path))
-    assert cli_common.checkpoints(cfg, "land/raw/t", resume=True) == (str(tmp_path / "land-raw-t"), None)
-    done = tmp_path / "land-raw-t" / "job1" / "chk-3"
-    done.mkdir(parents=True)
-    (done / "_metadata").write_bytes(b"")
-    (tmp_path / "land-raw-t" / "job1" / "chk-4").mkdir()  # never completed: no _metadata
-    assert cli_common.checkpoints(cfg, "land/raw/t", resume=True) == (str(tmp_path / "land-raw-t"), done)
-    assert f"resuming from checkpoint {done}" in capsys.readouterr().out
-    assert cli_common.checkpoints(cfg, "land/raw/t", resume=False)[1] is None
-
-
 class FakeEnv:
     def __init__(self) -> None:
         self.executed: list[str] = []
@@ -145,65 +131,178 @@ class FakeEnv:
         self.executed.append(name)
 
 
+def complete_checkpoint(folder: Path, job: str = "job1", n: int = 2) -> Path:
+    done = folder / job / f"chk-{n}"
+    done.mkdir(parents=True)
+    (done / "_metadata").write_bytes(b"")
+    return done
+
+
 @pytest.fixture
 def kafka_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """run_kafka_job with the Kafka client calls and the table listing recorded instead of made."""
     from flink_jobs import kafka_input, tables
 
-    calls: dict[str, Any] = {"commits": [], "printed": [], "runs": []}
-    monkeypatch.setattr(kafka_input, "snapshot_end_offsets", lambda bootstrap, topics: {(topics[0], 0): 7})
+    calls: dict[str, Any] = {"commits": [], "printed": [], "runs": [], "starts": []}
+    monkeypatch.setattr(
+        kafka_input, "snapshot_end_offsets", lambda bootstrap, topics, **kw: {(topics[0], 0): 7}
+    )
     monkeypatch.setattr(kafka_input, "commit_group_offsets", lambda *a: calls["commits"].append(a))
     monkeypatch.setattr(tables, "print_tables", lambda root: calls["printed"].append(root))
+
+    def resolve(bootstrap: str, group: str, parts: Any, recorded: Any, fallback: str) -> Any:
+        calls["starts"].append((sorted(parts), dict(recorded), fallback))
+        return {p: recorded.get(p, 3) for p in parts}, []
+
+    monkeypatch.setattr(cli_common, "resolve_start_offsets", resolve)
     cfg = cli_common.load(argparse.Namespace(config=None, bootstrap_servers="h:1"))
     cfg = cfg.replace("flink", checkpoint_dir=str(tmp_path / "ckpt"))
     cfg = cfg.replace("lakehouse", root=str(tmp_path / "lake"))
-    done = tmp_path / "ckpt" / "j" / "job1" / "chk-2"
-    done.mkdir(parents=True)
-    (done / "_metadata").write_bytes(b"")
 
-    def run(**flags: bool) -> FakeEnv:
+    def run(**flags: bool) -> SimpleNamespace:
         env = FakeEnv()
 
-        def build(**given: Any) -> FakeEnv:
-            calls["runs"].append(SimpleNamespace(**given))
+        def build(config: Any, **given: Any) -> FakeEnv:
+            calls["runs"].append(SimpleNamespace(parallelism=config.flink.parallelism, **given))
             return env
 
-        args = argparse.Namespace(**{"bounded": False, "fresh": False, **flags})
-        code = cli_common.run_kafka_job(
-            cfg, args, job="j", topics=["t"], group_id="g", build=build, job_name="the job"
+        job = cli_common.KafkaJob(
+            name="j",
+            topics=["t"],
+            group_id="g",
+            progress_table=(str(tmp_path / "lake" / "t"), "p/t"),
+            tables=[SimpleNamespace(table_uri=str(tmp_path / "lake" / "t"), app_prefix="p/t")],
+            starting_offsets="committed",
+            build=build,
+            job_name="the job",
         )
-        assert code == 0 and env.executed == ["the job"]
-        return env
+        args = argparse.Namespace(**{"bounded": False, "fresh": False, **flags})
+        assert cli_common.run_kafka_job(cfg, args, job) == 0
+        assert env.executed[-1] == "the job"
+        return calls["runs"][-1]  # type: ignore[no-any-return]
 
     calls["run"] = run
-    calls["done"] = done
+    calls["folder"] = tmp_path / "ckpt" / "j"
     calls["root"] = str(tmp_path / "lake")
     return calls
 
 
-def test_a_bounded_run_stops_at_the_snapshot_then_commits_it_and_lists_the_tables(
-    kafka_job: dict[str, Any],
+def test_a_bounded_run_stops_at_the_snapshot_commits_it_and_closes_its_lineage(
+    kafka_job: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    kafka_job["run"](bounded=True)
-    [run] = kafka_job["runs"]
+    run = kafka_job["run"](bounded=True)
     assert (run.bootstrap_servers, run.bounded, run.end_offsets, run.resume_from) == (
         "h:1",
         True,
         {("t", 0): 7},
         None,
     )
+    assert run.start_offsets == {("t", 0): 3}  # nothing recorded: by --starting-offsets
+    assert kafka_job["starts"] == [([("t", 0)], {}, "committed")]
+    assert len(run.run_id) == 32 and run.checkpoint_dir == str(kafka_job["folder"] / run.run_id)
     assert kafka_job["commits"] == [("h:1", "g", {("t", 0): 7})]
     assert kafka_job["printed"] == [kafka_job["root"]]
+    # It ended by itself and everything is committed: no lineage is left to restore.
+    assert not (kafka_job["folder"] / run.run_id).exists()
+    assert (
+        "starting j from --starting-offsets committed (nothing recorded yet): t#0 at 3"
+        in capsys.readouterr().out
+    )
 
 
-def test_an_unbounded_run_resumes_unless_fresh_and_commits_nothing(kafka_job: dict[str, Any]) -> None:
-    kafka_job["run"]()
-    kafka_job["run"](fresh=True)
-    resumed, fresh = kafka_job["runs"]
-    assert (resumed.bounded, resumed.end_offsets, resumed.resume_from) == (False, None, kafka_job["done"])
-    assert (fresh.end_offsets, fresh.resume_from) == (None, None)
-    assert resumed.checkpoint_dir == fresh.checkpoint_dir == str(Path(kafka_job["done"]).parents[1])
+def test_an_unbounded_run_is_resumed_from_its_checkpoint_unless_fresh(
+    kafka_job: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = kafka_job["run"]()
+    lineage = kafka_job["folder"] / first.run_id
+    assert (lineage / "lineage.json").is_file()  # killed, not ended: the lineage stays
     assert kafka_job["commits"] == [] and kafka_job["printed"] == []
+    done = complete_checkpoint(lineage)
+    (lineage / "job1" / "chk-3").mkdir()  # never completed: no _metadata
+
+    resumed = kafka_job["run"]()
+    assert (resumed.resume_from, resumed.run_id, resumed.start_offsets) == (done, first.run_id, None)
+    assert resumed.checkpoint_dir == str(lineage)
+    assert (
+        f"resuming from checkpoint {done} (the previous run did not end by itself)" in capsys.readouterr().out
+    )
+
+    fresh = kafka_job["run"](fresh=True)
+    assert fresh.resume_from is None and fresh.run_id != first.run_id
+    assert not lineage.exists(), "a fresh lineage supersedes the older ones"
+
+
+def test_a_bounded_run_after_a_killed_unbounded_one_settles_its_checkpoint_first(
+    kafka_job: dict[str, Any], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from flink_jobs import resume
+
+    settled: list[tuple[str | None, Path]] = []
+    monkeypatch.setattr(resume, "settle", lambda specs, lin, ckpt: settled.append((lin.run_id, ckpt)))
+    first = kafka_job["run"]()
+    done = complete_checkpoint(kafka_job["folder"] / first.run_id)
+    bounded = kafka_job["run"](bounded=True)
+    # Its Kafka splits would stop nowhere: the checkpoint goes into the tables, not into this run.
+    assert settled == [(first.run_id, done)]
+    assert bounded.resume_from is None and bounded.run_id != first.run_id
+    assert bounded.start_offsets == {("t", 0): 3}
+    assert "settling the previous run at checkpoint" in capsys.readouterr().out
+    assert not (kafka_job["folder"] / first.run_id).exists()
+
+
+def test_an_earlier_versions_checkpoint_is_resumed_once(kafka_job: dict[str, Any]) -> None:
+    done = complete_checkpoint(kafka_job["folder"], job="0123abcd" * 4)
+    run = kafka_job["run"]()
+    assert run.resume_from == done and run.run_id is None  # the run id is in the checkpoint's state
+    lineage = Path(run.checkpoint_dir)
+    assert lineage.name.startswith("legacy-") and done.is_dir()
+    own = complete_checkpoint(lineage, job="job2", n=5)
+    second = kafka_job["run"]()
+    assert second.resume_from == own and second.checkpoint_dir == str(lineage)
+    assert not done.exists(), "superseded by the lineage's own checkpoint"
+    third = kafka_job["run"](bounded=True)  # settled (nothing staged), then a new lineage
+    assert third.resume_from is None and third.run_id is not None
+    assert list(kafka_job["folder"].iterdir()) == []
+
+
+def test_a_bounded_run_that_ended_in_part_is_completed_first_with_its_own_ends(
+    kafka_job: dict[str, Any], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from flink_jobs import resume
+
+    first = kafka_job["run"](bounded=True)
+    # As if that run had been killed after a writer's end-of-input commit: its lineage is still there.
+    kept = resume.Lineage(
+        folder=kafka_job["folder"] / first.run_id,
+        run_id=first.run_id,
+        bounded=True,
+        parallelism=3,
+        start={"offsets": {"t#0": 1}},
+        end={"t#0": 5},
+        created_ms=1,
+        widest=3,
+    )
+    resume.JobFolder(kafka_job["folder"]).begin(kept)
+    asked: list[tuple[str | None, int]] = []
+
+    def ended(tables: Any, run_id: str | None, widest: int, *, txn_version: Any) -> bool:
+        asked.append((run_id, widest))
+        return run_id == first.run_id
+
+    monkeypatch.setattr(resume, "lineage_ended", ended)
+    then = kafka_job["run"](bounded=True)
+    completion = kafka_job["runs"][-2]
+    assert asked == [(first.run_id, 3)]
+    assert (completion.run_id, completion.parallelism, completion.bounded) == (first.run_id, 3, True)
+    assert (completion.end_offsets, completion.start_offsets, completion.resume_from) == (
+        {("t", 0): 5},
+        {("t", 0): 1},
+        None,
+    )
+    assert kafka_job["commits"][-2] == ("h:1", "g", {("t", 0): 5})
+    assert then.run_id not in (None, first.run_id) and then.end_offsets == {("t", 0): 7}
+    assert "completing the interrupted bounded run" in capsys.readouterr().out
+    assert not kept.folder.exists()
 
 
 @pytest.mark.parametrize(
@@ -215,6 +314,7 @@ def test_an_unbounded_run_resumes_unless_fresh_and_commits_nothing(kafka_job: di
         (kafka_broker.PortInUseError(9092), 2, "lakestream: port 9092 on 127.0.0.1 is already in use"),
         (StartingPointError("version 9 is past the end"), 2, "lakestream ingest: version 9 is past the end"),
         (JobFailedError("DataLossError: version 3"), 1, "lakestream ingest: job failed: DataLossError"),
+        (ResumeError("topic t was re-created"), 2, "lakestream ingest: topic t was re-created"),
     ],
 )
 def test_errors_end_a_subcommand_with_their_exit_code(

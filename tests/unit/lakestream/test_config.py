@@ -123,3 +123,80 @@ def test_consumer_properties_merge_over_the_defaults(tmp_path):
     assert cfg.kafka.consumer["security.protocol"] == "SSL"
     assert cfg.kafka.consumer["fetch.max.bytes"] == "1048576"
     assert cfg.kafka.consumer["source.reader.element.queue.capacity"] == "8"  # default kept
+
+
+def test_env_text_keys_take_the_text_as_given():
+    cfg = load_config(
+        environ={
+            "LAKESTREAM__KAFKA__GROUP_ID": "12345",
+            "LAKESTREAM__KAFKA__BOOTSTRAP_SERVERS": "true",
+            "LAKESTREAM__LAKEHOUSE__ROOT": "[lake]",
+            "LAKESTREAM__EVENT_TIME__SOURCE_ZONE": '"UTC"',  # a quoted TOML string is unquoted
+            "LAKESTREAM__KAFKA__TOPICS__PAYMENTS": "2024",
+            "LAKESTREAM__KAFKA__STARTING_OFFSETS": "earliest",
+            "LAKESTREAM__QUALITY__AMOUNT_CEILING": "0.1",
+        }
+    )
+    assert cfg.kafka.group_id == "12345"
+    assert cfg.kafka.bootstrap_servers == "true"
+    assert cfg.lakehouse.root == "[lake]"
+    assert cfg.event_time.source_zone == "UTC"
+    assert cfg.kafka.topics["payments"] == "2024"
+    assert cfg.kafka.starting_offsets == "earliest"
+    assert cfg.quality.amount_ceiling == Decimal("0.1")  # exact: read as text, not as a float
+
+
+def test_env_typed_keys_still_parse():
+    cfg = load_config(
+        environ={
+            "LAKESTREAM__FLINK__PARALLELISM": "3",
+            "LAKESTREAM__FLINK__MAX_PARALLELISM": "64",
+            "LAKESTREAM__FLINK__CHECKPOINT_INTERVAL": "1s",
+            "LAKESTREAM__EVENT_TIME__DEDUP_TTL": '"2m"',
+            "LAKESTREAM__EVENT_TIME__IDLENESS_TIMEOUT": "30",
+            "LAKESTREAM__FLINK__JVM_OPTIONS": '["-Xmx2g"]',
+            "LAKESTREAM__QUALITY__KNOWN_STATUSES": '["paid", "open"]',
+            "LAKESTREAM__KAFKA__CONSUMER": '{"max.poll.records" = 100}',
+        }
+    )
+    assert (cfg.flink.parallelism, cfg.flink.max_parallelism) == (3, 64)
+    assert cfg.flink.checkpoint_interval == timedelta(seconds=1)
+    assert cfg.event_time.dedup_ttl == timedelta(minutes=2)
+    assert cfg.event_time.idleness_timeout == timedelta(seconds=30)
+    assert cfg.flink.jvm_options == ("-Xmx2g",)
+    assert cfg.quality.known_statuses == ("paid", "open")
+    assert cfg.kafka.consumer["max.poll.records"] == "100"
+
+
+@pytest.mark.parametrize("text", ["true", "True", "FALSE"])
+def test_env_booleans_any_case(text):
+    from lakestream import config
+
+    assert config._coerce("k", bool, config._EnvText("LAKESTREAM__X__K", text)) is (text.lower() == "true")
+
+
+@pytest.mark.parametrize(
+    ("variable", "text", "needle"),
+    [
+        ("LAKESTREAM__FLINK__PARALLELISM", "four", "flink.parallelism: expected a whole number, got 'four'"),
+        ("LAKESTREAM__FLINK__PARALLELISM", "2.5", "flink.parallelism: expected a whole number, got 2.5"),
+        ("LAKESTREAM__FLINK__CHECKPOINT_INTERVAL", "soon", "flink.checkpoint_interval: expected a duration"),
+        ("LAKESTREAM__FLINK__STATE_BACKEND", "disk", "flink.state_backend: expected one of"),
+        ("LAKESTREAM__FLINK__JVM_OPTIONS", "-Xmx2g", "flink.jvm_options: expected an array of strings"),
+        ("LAKESTREAM__QUALITY__AMOUNT_CEILING", "lots", "quality.amount_ceiling: expected a decimal"),
+        ("LAKESTREAM__KAFKA__TOPICS", "orders", "kafka.topics: expected a table of strings"),
+    ],
+)
+def test_bad_env_values_name_the_variable_and_the_type(variable, text, needle):
+    with pytest.raises(ConfigError) as err:
+        load_config(environ={variable: text})
+    assert str(err.value).startswith(f"environment variable {variable}: ")
+    assert needle in str(err.value)
+
+
+def test_bool_key_from_env():
+    from lakestream import config
+
+    assert config._env_value(bool, "yes") == "yes"  # left to the bool check, which refuses it
+    with pytest.raises(ConfigError, match="environment variable V: k: expected true or false, got 'yes'"):
+        config._coerce("k", bool, config._EnvText("V", "yes"))

@@ -32,11 +32,13 @@ import org.apache.flink.types.Row;
  *   <li>END_OF_INPUT from {@code endInput()} on bounded input.
  * </ul>
  *
- * <p>The run id is the job id of the run that started this lineage fresh. It is kept in union
- * operator state, so every subtask of a restored job (even at another parallelism, even in a new
- * submission from a savepoint) agrees on it, while a fresh start gets a new one. The Python side
- * uses it in the Delta txn app id so that checkpoint ids, which restart at 1 on a fresh start,
- * never collide with versions a previous run recorded.
+ * <p>The run id names the lineage of runs that started fresh once: the global job parameter {@link
+ * #RUN_ID_PARAMETER} when the submitting client sets one (the lakestream CLI does, so that it knows
+ * the id before the job runs), else the job id of that fresh start. It is kept in union operator
+ * state, so every subtask of a restored job (even at another parallelism, even in a new submission
+ * from a savepoint) agrees on it whatever the parameter says, while a fresh start takes a new one.
+ * The Python side uses it in the Delta txn app id so that checkpoint ids, which restart at 1 on a
+ * fresh start, never collide with versions a previous run recorded.
  */
 public class CheckpointEpochOperator<T> extends AbstractStreamOperator<Row>
         implements OneInputStreamOperator<T, Row>, BoundedOneInput {
@@ -48,6 +50,9 @@ public class CheckpointEpochOperator<T> extends AbstractStreamOperator<Row>
     public static final int PRECOMMIT = 2;
     public static final int COMMIT = 3;
     public static final int END_OF_INPUT = 4;
+
+    /** Global job parameter with the run id of a fresh start (absent or empty: the job id). */
+    public static final String RUN_ID_PARAMETER = "lakestream.run-id";
 
     private transient ListState<String> runIdState;
     private transient String runId;
@@ -76,15 +81,21 @@ public class CheckpointEpochOperator<T> extends AbstractStreamOperator<Row>
         }
         restoredCheckpointId =
                 context.isRestored() ? context.getRestoredCheckpointId().orElse(-1L) : -1L;
-        runId =
-                restoredRunId != null
-                        ? restoredRunId
-                        : getRuntimeContext().getJobInfo().getJobId().toHexString();
+        runId = restoredRunId != null ? restoredRunId : freshRunId();
         // Each subtask contributes one copy; a union restore hands every subtask all copies, and
         // they are all equal, so reset to a single entry instead of growing with every restore.
         List<String> one = new ArrayList<>();
         one.add(runId);
         runIdState.update(one);
+    }
+
+    /** The run id of a fresh start: the client's {@link #RUN_ID_PARAMETER}, else this job's id. */
+    private String freshRunId() {
+        String given = getRuntimeContext().getGlobalJobParameters().get(RUN_ID_PARAMETER);
+        if (given != null && !given.isEmpty()) {
+            return given;
+        }
+        return getRuntimeContext().getJobInfo().getJobId().toHexString();
     }
 
     @Override

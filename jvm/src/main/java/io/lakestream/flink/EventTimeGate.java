@@ -61,7 +61,7 @@ import org.apache.flink.types.Row;
 public class EventTimeGate extends AbstractStreamOperator<Row>
         implements OneInputStreamOperator<Row, Row>, ProcessingTimeCallback {
 
-    private static final long serialVersionUID = 5L;
+    private static final long serialVersionUID = 6L;
 
     /** Field positions of the batch row (standardise's {@code BATCH_TYPE}). */
     public static final int SPLIT = 0;
@@ -99,6 +99,8 @@ public class EventTimeGate extends AbstractStreamOperator<Row>
 
     private final long boundMillis;
     private final long idleMillis;
+    /** Split id -> max VALID event time of the splits' earlier runs, for a start without state. */
+    private final HashMap<String, Long> seeds;
 
     private transient ListState<Tuple2<String, Long>> state;
     private transient Map<String, Split> splits;
@@ -109,12 +111,24 @@ public class EventTimeGate extends AbstractStreamOperator<Row>
     private transient boolean outputIdle;
 
     public EventTimeGate(long boundMillis, long idleMillis) {
+        this(boundMillis, idleMillis, new HashMap<>());
+    }
+
+    /**
+     * A gate whose splits start at {@code seeds} (split id -> max VALID event time) when the job starts
+     * without state: a run that continues where an earlier, finished one ended (whose maxima its
+     * tables recorded) decides lateness as one continuous run would. A restore ignores the seeds: the
+     * checkpointed maxima are the exact ones. Seeded splits are idle until their first header, like
+     * restored ones.
+     */
+    public EventTimeGate(long boundMillis, long idleMillis, Map<String, Long> seeds) {
         if (boundMillis < 0) {
             throw new IllegalArgumentException(
                     "event_time.max_out_of_orderness must not be negative, got " + boundMillis + " ms");
         }
         this.boundMillis = boundMillis;
         this.idleMillis = idleMillis;
+        this.seeds = new HashMap<>(seeds);
     }
 
     @Override
@@ -144,6 +158,13 @@ public class EventTimeGate extends AbstractStreamOperator<Row>
             }
         }
         watermark = restoredWatermark == Long.MAX_VALUE ? Long.MIN_VALUE : restoredWatermark;
+        if (!context.isRestored()) {
+            for (Map.Entry<String, Long> seed : seeds.entrySet()) {
+                Split split = splits.computeIfAbsent(seed.getKey(), k -> new Split());
+                split.maxEventTime = Math.max(split.maxEventTime, seed.getValue());
+                split.idle = true;
+            }
+        }
     }
 
     @Override

@@ -14,11 +14,17 @@ import static org.junit.jupiter.api.Assertions.assertNotEquals;
 
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 
+import org.apache.flink.api.common.ExecutionConfig;
 import org.apache.flink.api.common.JobID;
 import org.apache.flink.runtime.checkpoint.OperatorSubtaskState;
+import org.apache.flink.runtime.operators.testutils.MockEnvironment;
+import org.apache.flink.runtime.operators.testutils.MockEnvironmentBuilder;
+import org.apache.flink.runtime.operators.testutils.MockInputSplitProvider;
 import org.apache.flink.streaming.util.OneInputStreamOperatorTestHarness;
 import org.apache.flink.types.Row;
+import org.apache.flink.util.ParameterTool;
 import org.junit.jupiter.api.Test;
 
 class CheckpointEpochOperatorTest {
@@ -26,6 +32,35 @@ class CheckpointEpochOperatorTest {
     private static OneInputStreamOperatorTestHarness<String, Row> harness(
             JobID job, int parallelism, int subtask) throws Exception {
         return Harnesses.oneInput(new CheckpointEpochOperator<String>(), job, parallelism, subtask);
+    }
+
+    /** Subtask 0 of {@code parallelism} in a new job whose client set the run id parameter. */
+    private static OneInputStreamOperatorTestHarness<String, Row> withRunIdParameter(
+            String runId, int parallelism) throws Exception {
+        ExecutionConfig config = new ExecutionConfig();
+        config.setGlobalJobParameters(
+                ParameterTool.fromMap(Map.of(CheckpointEpochOperator.RUN_ID_PARAMETER, runId)));
+        MockEnvironment env =
+                new MockEnvironmentBuilder()
+                        .setTaskName("test")
+                        .setJobID(new JobID())
+                        .setExecutionConfig(config)
+                        .setManagedMemorySize(3 * 1024 * 1024)
+                        .setInputSplitProvider(new MockInputSplitProvider())
+                        .setBufferSize(1024)
+                        .setMaxParallelism(MAX_PARALLELISM)
+                        .setParallelism(parallelism)
+                        .setSubtaskIndex(0)
+                        .build();
+        return new OneInputStreamOperatorTestHarness<>(new CheckpointEpochOperator<String>(), env);
+    }
+
+    @Test
+    void aFreshStartTakesTheClientsRunIdParameter() throws Exception {
+        try (OneInputStreamOperatorTestHarness<String, Row> h = withRunIdParameter("0123abcd", 2)) {
+            h.open();
+            assertOpen(drain(h).get(0), -1, "0123abcd", 0, 2);
+        }
     }
 
     @Test
@@ -87,6 +122,14 @@ class CheckpointEpochOperatorTest {
                 h.open();
                 assertOpen(drain(h).get(0), 8, run, subtask, 2);
             }
+        }
+
+        // The client's run id parameter names a fresh start, but never renames a restored lineage.
+        try (OneInputStreamOperatorTestHarness<String, Row> h = withRunIdParameter("client-run", 1)) {
+            h.setRestoredCheckpointId(8);
+            h.initializeState(rescale(List.of(merged), MAX_PARALLELISM, 1, 0));
+            h.open();
+            assertOpen(drain(h).get(0), 8, run, 0, 1);
         }
 
         // A fresh start (no state) begins a new lineage.

@@ -11,6 +11,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 
 import org.apache.flink.api.common.JobID;
 import org.apache.flink.runtime.checkpoint.OperatorSubtaskState;
@@ -118,6 +119,32 @@ class EventTimeGateTest {
             assertArrayEquals(new long[] {NOT_LATE, NOT_LATE, 39}, decide(h, "t#1", 50, 45, 39));
             // And t#0 continues from its own max, across headers.
             assertArrayEquals(new long[] {109, NOT_LATE, NOT_LATE, 139}, decide(h, "t#0", 109, 110, 150, 139));
+        }
+    }
+
+    @Test
+    void seedsStartTheSplitsOfAStartWithoutStateAndARestoreIgnoresThem() throws Exception {
+        Map<String, Long> seeds = Map.of("t#0", 1000L, "t#9", 5000L);
+        OperatorSubtaskState snapshot;
+        try (OneInputStreamOperatorTestHarness<Row, Row> h =
+                Harnesses.oneInput(new EventTimeGate(BOUND, 0, seeds), new JobID(), 1, 0)) {
+            h.open();
+            // A seeded split that sends nothing here holds no watermark back (idle, like a restored one).
+            h.processElement(header("t#0", 989, 990), 0);
+            assertEquals(List.of(new Watermark(989)), signals(h));
+            // As if the run that recorded t#0's max had gone on: 989 is behind 1000 - 10 - 1.
+            assertArrayEquals(new long[] {989, NOT_LATE}, decide(h, "t#0", 989, 990));
+            assertArrayEquals(new long[] {NOT_LATE}, decide(h, "t#1", 10));
+            snapshot = h.snapshot(1, 0);
+        }
+        // A restore takes the checkpointed maxima, not the seeds.
+        Map<String, Long> other = Map.of("t#0", 90_000L);
+        try (OneInputStreamOperatorTestHarness<Row, Row> h =
+                Harnesses.oneInput(new EventTimeGate(BOUND, 0, other), new JobID(), 1, 0)) {
+            h.initializeState(snapshot);
+            h.open();
+            assertArrayEquals(new long[] {NOT_LATE}, decide(h, "t#0", 990));
+            assertArrayEquals(new long[] {4989}, decide(h, "t#9", 4989));
         }
     }
 
