@@ -146,6 +146,8 @@ def build_changefeed_job(
         uid=f"changefeed-source-{slug}",
         ticks=polls,
         read_schema=read_schema,
+        # One position record per feed (two feeds of one table to other targets share the source uid).
+        reader_id=f"changefeed {table} -> {target.kind}:{target.value}",
     )
     if target.kind == "delta":
         from udfs.delta_sink import DeltaSinkSpec, sink_to_delta

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -17,9 +18,11 @@ from pyflink.common import Types, WatermarkStrategy
 from pyflink.datastream import KeyedProcessFunction, RuntimeContext
 from pyflink.datastream.state import ValueStateDescriptor
 
+from sources.delta_log import is_local_uri, local_path
 from sources.offsets import SourceOffset
 from sources.options import DeltaSourceOptions
 from sources.reader import table_rows
+from sources.reader_positions import PositionRecorder
 from sources.stream_reader import DeltaStreamReader, PollReport, resolve_read_schema
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -41,13 +44,17 @@ class DeltaSourceFunction(KeyedProcessFunction):  # type: ignore[misc]
         *,
         storage_options: Mapping[str, str] | None = None,
         metric_scope: str = "",
+        reader_id: str = "",
     ) -> None:
         self.table_uri = table_uri
         self.options = options
         self.read_schema = read_schema
         self.storage_options = dict(storage_options or {})
         self.metric_scope = metric_scope or table_uri
+        #: Names this reader's position record beside the table (``sources.reader_positions``).
+        self.reader_id = reader_id or self.metric_scope
         self.reader: DeltaStreamReader | None = None
+        self.positions: PositionRecorder | None = None
         self.last: PollReport | None = None
         self._lag_ms: int = 0
 
@@ -59,6 +66,8 @@ class DeltaSourceFunction(KeyedProcessFunction):  # type: ignore[misc]
         self.reader = DeltaStreamReader(
             self.table_uri, self.options, read_schema=self.read_schema, storage_options=self.storage_options
         )
+        if is_local_uri(self.table_uri):
+            self.positions = PositionRecorder(Path(local_path(self.table_uri)), self.reader_id)
         group = runtime_context.get_metrics_group().add_group("delta_source", self.metric_scope)
         self._rows = group.counter("rowsEmitted")
         self._polls = group.counter("polls")
@@ -81,6 +90,10 @@ class DeltaSourceFunction(KeyedProcessFunction):  # type: ignore[misc]
         raw = self.offset_state.value()
         offset = self.reader.start(SourceOffset.from_json(raw) if raw else None)
         started = time.time()
+        if self.positions is not None:  # what a checkpoint taken now would hold, for maintenance
+            self.positions.observe(
+                version=offset.version, table_id=offset.table_id, now_ms=int(started * 1000)
+            )
         plan = self.reader.plan(offset)
         rows = 0
         for table in self.reader.read(plan):
@@ -145,6 +158,7 @@ def delta_source(
     ticks: int | None = None,
     read_schema: pa.Schema | None = None,
     storage_options: Mapping[str, str] | None = None,
+    reader_id: str | None = None,
 ) -> DataStream:
     """Follow a Delta table as a stream of value tuples in :func:`sources.reader.output_schema` order.
 
@@ -164,7 +178,14 @@ def delta_source(
         name=f"{name} ticks",
         uid=f"{uid}-ticks",
     )
-    fn = DeltaSourceFunction(table_uri, options, schema, storage_options=storage_options, metric_scope=uid)
+    fn = DeltaSourceFunction(
+        table_uri,
+        options,
+        schema,
+        storage_options=storage_options,
+        metric_scope=uid,
+        reader_id=reader_id or uid,
+    )
     return (
         ticks_ds.key_by(lambda _tick: 0, key_type=Types.INT())
         .process(fn)
