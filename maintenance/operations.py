@@ -23,6 +23,7 @@ from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from lakestream.config import Config
+from maintenance.errors import ConflictError, MaintenanceError, RefusedError, TableMissingError
 from maintenance.facts import (
     TableRef,
     manifests,
@@ -31,7 +32,7 @@ from maintenance.facts import (
     retention_facts,
     written_by_sink,
 )
-from maintenance.predicates import partition_filters
+from maintenance.predicates import Filter, partition_filters
 from maintenance.retention import (
     CleanupVerdict,
     VacuumVerdict,
@@ -48,22 +49,6 @@ from sources.reader_positions import ReaderRecord, forget, read_records
 log = logging.getLogger(__name__)
 
 MAINTENANCE_KEY = "lakestream.maintenance"
-
-
-class MaintenanceError(RuntimeError):
-    """A maintenance operation could not run; the message says why and what to do."""
-
-
-class TableMissingError(MaintenanceError):
-    """There is no Delta table where the name points."""
-
-
-class RefusedError(MaintenanceError):
-    """The operation would break what a streaming job or reader still needs (``--force`` may override)."""
-
-
-class ConflictError(MaintenanceError):
-    """The operation kept losing commit races against concurrent writers; nothing was changed."""
 
 
 def _props(operation: str) -> CommitProperties:
@@ -134,18 +119,22 @@ def optimize(
     *,
     zorder: Sequence[str] = (),
     where: str | None = None,
+    partition: Sequence[tuple[str, str]] = (),
     target_size: int | None = None,
     retry: RetryPolicy | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> OptimizeResult:
     """Compact small files (or Z-order by ``zorder``), in the partitions ``where`` selects.
 
+    ``partition`` (column, value) pairs select one partition (the scheduled maintainer's way).
     ``target_size`` defaults to the table's ``delta.targetFileSize`` (delta-rs: else 100 MB).
     """
     policy = retry or RetryPolicy()
 
     def attempt(dt: DeltaTable) -> dict[str, Any]:
-        filters = partition_filters(where, dt.metadata().partition_columns) if where is not None else None
+        filters: list[Filter] | None = [(k, "=", v) for k, v in partition] or None
+        if where is not None:
+            filters = [*(filters or []), *partition_filters(where, dt.metadata().partition_columns)]
         if zorder:
             missing = sorted(set(zorder) - set(dt.schema().to_arrow().names))
             if missing:
@@ -274,7 +263,8 @@ def _log_files(ref: TableRef) -> int:
     return sum(1 for p in (root / "_delta_log").iterdir() if p.is_file())
 
 
-def _ts(ms: Any) -> str:
+def format_time(ms: Any) -> str:
+    """Epoch milliseconds as ``YYYY-MM-DD HH:MM:SS`` (UTC); ``?`` for anything else."""
     if not isinstance(ms, int | float):
         return "?"
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
@@ -319,7 +309,7 @@ def history_lines(ref: TableRef, *, limit: int | None = 20) -> list[str]:
     for e in entries:
         version, when, operation = (
             e.get("version", "?"),
-            _ts(e.get("timestamp")),
+            format_time(e.get("timestamp")),
             str(e.get("operation", "?")),
         )
         lines.append(f"{version:>8}  {when:<19}  {operation:<20}  {_detail(e)}")

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from maintenance.errors import PredicateError
+
 Filter = tuple[str, str, str | list[str]]
 
 _TERM = re.compile(
@@ -19,10 +21,6 @@ _TERM = re.compile(
     re.IGNORECASE | re.VERBOSE,
 )
 _AND = re.compile(r"\s+and\s+", re.IGNORECASE)
-
-
-class PredicateError(ValueError):
-    """``--where`` cannot be turned into partition filters; the message says what is accepted."""
 
 
 def _unquote(text: str) -> str:
