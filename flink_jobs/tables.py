@@ -15,6 +15,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
 from maintenance.errors import MaintenanceError
+from sources.delta_log import DeltaLog
 
 #: A version number or an RFC 3339 time.
 At = int | str
@@ -32,6 +33,22 @@ def find_tables(root: str | Path) -> list[Path]:
     return sorted(p.parent for p in base.rglob("_delta_log") if p.is_dir())
 
 
+def _parse_time(text: str) -> datetime:
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise TimeTravelError(
+            f"--as-of {text!r}: expected an RFC 3339 time such as 2026-12-01T08:00:00Z"
+        ) from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
+
+
+def commit_ms(path: str | Path, version: int) -> int | None:
+    """When ``version`` was committed (epoch ms, from its commit file); None when the file is gone."""
+    commit = DeltaLog(str(path)).read_commit(version)
+    return commit.timestamp_ms if commit is not None else None
+
+
 def open_at(path: str | Path, at: At | None) -> DeltaTable:
     """The table at version ``at`` (int), at the newest version committed at or before time ``at``
     (str, RFC 3339), or at its latest version (None)."""
@@ -39,20 +56,34 @@ def open_at(path: str | Path, at: At | None) -> DeltaTable:
     if at is None:
         return dt
     latest = dt.version()
+    flag = "--version" if isinstance(at, int) else "--as-of"
+    when = None if isinstance(at, int) else _parse_time(at)
     try:
-        dt.load_as_version(at)
+        dt.load_as_version(at if when is None else when)
     except (DeltaError, ValueError) as exc:
-        flag = "--version" if isinstance(at, int) else "--as-of"
         hint = (
             f"versions go from the oldest retained commit to {latest}"
             if isinstance(at, int)
-            else "give an RFC 3339 time such as 2026-12-01T08:00:00Z, after the oldest retained commit"
+            else "give a time after the oldest retained commit"
         )
         raise TimeTravelError(
             f"{flag} {at}: cannot load {path} there ({str(exc).splitlines()[0]}); {hint}. Commits older than "
             "delta.logRetentionDuration are removed by log cleanup."
         ) from None
+    committed = commit_ms(path, dt.version())
+    if when is not None and committed is not None and committed > when.timestamp() * 1000:
+        # delta-rs loads the oldest version for a time before it; that version did not exist yet then.
+        raise TimeTravelError(
+            f"--as-of {at}: {path} has no version committed at or before it (its oldest retained version "
+            f"{dt.version()} was committed {_utc(committed)})"
+        )
     return dt
+
+
+def _utc(ms: int | None) -> str:
+    if ms is None:
+        return "?"
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def table_summary(path: str | Path, at: At | None = None) -> tuple[int, int]:
@@ -80,15 +111,6 @@ def _scan(dt: DeltaTable, path: str | Path, limit: int | None = None) -> pa.Tabl
         ) from None
 
 
-def commit_time(dt: DeltaTable) -> str:
-    """When the loaded version was committed (UTC), from its commit info."""
-    [entry] = DeltaTable(dt.table_uri, version=dt.version()).history(1) or [{}]
-    ms = entry.get("timestamp")
-    if not isinstance(ms, int):
-        return "?"
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
 def print_tables(root: str | Path, *, as_of: str | None = None) -> None:
     """Print ``name  rows  version`` for each table, names relative to the root (as of ``as_of``)."""
     base = Path(root).resolve()
@@ -113,7 +135,7 @@ def print_table_at(path: str | Path, name: str, at: At | None, *, rows: int = 0)
     """One table (at ``at``): its version, commit time and row count, then up to ``rows`` rows."""
     count, version = table_summary(path, at)
     dt = open_at(path, at)
-    print(f"{name} at version {version} (committed {commit_time(dt)}): {count} rows")
+    print(f"{name} at version {version} (committed {_utc(commit_ms(path, version))}): {count} rows")
     if rows > 0:
         for row in _scan(dt, path, limit=rows).to_pylist():
             print("  " + ", ".join(f"{k}={v!r}" for k, v in row.items()))
