@@ -84,6 +84,11 @@ class DeltaSourceFunction(KeyedProcessFunction):  # type: ignore[misc]
         group.gauge("sourceLagMs", lambda: self._lag_ms)
         group.gauge("lastCompleteVersion", lambda: self.last.end.last_complete_version if self.last else -1)
 
+    def close(self) -> None:
+        """Write the reader's last observed position (a bounded run ends between two records)."""
+        if self.positions is not None:
+            self.positions.flush()
+
     def process_element(self, value: Any, ctx: KeyedProcessFunction.Context) -> Iterator[tuple[Any, ...]]:
         """Poll once: emit the batch after the stored offset, then store the new offset."""
         assert self.reader is not None

@@ -164,6 +164,12 @@ class PositionRecorder:
         with contextlib.suppress(OSError, ValueError, KeyError):
             self._record = ReaderRecord.from_json(record_path(table_root, reader).read_text(encoding="utf-8"))
 
+    def flush(self) -> bool:
+        """Write what was observed since the last write (at the end of a task); True when written."""
+        if self._record is None or self._written_ms == self._record.updated_ms:
+            return False
+        return self._write()
+
     def observe(self, *, version: int, table_id: str, now_ms: int) -> bool:
         """Note the offset state's version; True when the record was written."""
         lower = (
@@ -175,6 +181,10 @@ class PositionRecorder:
         due = self._written_ms is None or lower or now_ms - self._written_ms >= self.every_ms
         if not due:
             return False
+        return self._write()
+
+    def _write(self) -> bool:
+        assert self._record is not None
         try:
             write_record(self.table_root, self._record)
         except OSError as exc:
@@ -184,5 +194,5 @@ class PositionRecorder:
                 )
                 self._warned = True
             return False
-        self._written_ms = now_ms
+        self._written_ms = self._record.updated_ms
         return True

@@ -67,9 +67,12 @@ def test_the_recorder_writes_at_most_every_interval_and_at_once_when_the_offset_
     assert read_records(tmp_path)[0].positions == ((0, 3), (5_000, 4), (10_000, 5))
     assert rec.observe(version=2, table_id="t", now_ms=11_000)  # a restore: written at once
     assert read_records(tmp_path)[0].positions[-1] == (11_000, 2)
+    assert not rec.observe(version=3, table_id="t", now_ms=12_000)
+    assert rec.flush() and not rec.flush()  # the end of the task writes what is left
+    assert read_records(tmp_path)[0].positions[-1] == (12_000, 3)
     # A new task attempt continues the record it finds.
     again = PositionRecorder(tmp_path, "feed")
-    again.observe(version=2, table_id="t", now_ms=12_000)
+    again.observe(version=3, table_id="t", now_ms=13_000)
     assert read_records(tmp_path)[0].positions[0] == (0, 3)
     assert forget(tmp_path, "feed") and not forget(tmp_path, "feed")
     assert read_records(tmp_path) == []
