@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -43,6 +44,7 @@ from maintenance.retention import (
     vacuum_verdict,
     whole_hours,
 )
+from maintenance.rewrites import check_rewrite, find_commit, rewrite_lock
 from sinks.retry_policy import RetryPolicy
 from sources.reader_positions import ReaderRecord, forget, read_records
 
@@ -51,8 +53,15 @@ log = logging.getLogger(__name__)
 MAINTENANCE_KEY = "lakestream.maintenance"
 
 
-def _props(operation: str) -> CommitProperties:
-    return CommitProperties(custom_metadata={MAINTENANCE_KEY: operation})
+#: Commit metadata key of a unique id per maintenance commit (to find it in the log again).
+MAINTENANCE_ID_KEY = "lakestream.maintenanceId"
+
+
+def _props(operation: str, token: str = "") -> CommitProperties:
+    metadata = {MAINTENANCE_KEY: operation}
+    if token:
+        metadata[MAINTENANCE_ID_KEY] = token
+    return CommitProperties(custom_metadata=metadata)
 
 
 def open_table(ref: TableRef) -> DeltaTable:
@@ -130,8 +139,12 @@ def optimize(
     ``target_size`` defaults to the table's ``delta.targetFileSize`` (delta-rs: else 100 MB).
     """
     policy = retry or RetryPolicy()
+    token = uuid.uuid4().hex
+    read_version = -1
 
     def attempt(dt: DeltaTable) -> dict[str, Any]:
+        nonlocal read_version
+        read_version = dt.version()
         filters: list[Filter] | None = [(k, "=", v) for k, v in partition] or None
         if where is not None:
             filters = [*(filters or []), *partition_filters(where, dt.metadata().partition_columns)]
@@ -146,23 +159,28 @@ def optimize(
                 list(zorder),
                 partition_filters=filters,
                 target_size=target_size,
-                commit_properties=_props("zorder"),
+                commit_properties=_props("zorder", token),
             )
         return dt.optimize.compact(
             partition_filters=filters,
             target_size=target_size,
-            commit_properties=_props("optimize"),
+            commit_properties=_props("optimize", token),
         )
 
-    metrics, attempts = with_retries(
-        "optimize",
-        ref,
-        attempt,
-        retry=policy,
-        sleep=sleep,
-        fix="Run it again when the streaming MERGE is less busy, limit it with --where to partitions the "
-        "MERGE does not rewrite, or raise maintenance.retry_attempts.",
-    )
+    name = "zorder" if zorder else "optimize"
+    with rewrite_lock(ref, name):
+        metrics, attempts = with_retries(
+            name,
+            ref,
+            attempt,
+            retry=policy,
+            sleep=sleep,
+            fix="Run it again when the streaming MERGE is less busy, limit it with --where to partitions the "
+            "MERGE does not rewrite, or raise maintenance.retry_attempts.",
+        )
+        committed = find_commit(ref, after=read_version, key=MAINTENANCE_ID_KEY, token=token)
+        if committed is not None:
+            check_rewrite(ref, committed, name)
     return OptimizeResult(
         files_added=int(metrics.get("numFilesAdded", 0)),
         files_removed=int(metrics.get("numFilesRemoved", 0)),
@@ -373,7 +391,8 @@ def restore(
             )
         )
     try:
-        metrics = dt.restore(target, commit_properties=_props("restore"))
+        with rewrite_lock(ref, "restore"):
+            metrics = dt.restore(target, commit_properties=_props("restore"))
     except DeltaError as exc:
         raise MaintenanceError(
             f"restore of {ref.name} to version {target} failed: {exc}. If data files of that version are "

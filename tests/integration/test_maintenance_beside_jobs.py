@@ -9,6 +9,7 @@ beside its source table, where vacuum's reader rule finds it.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -71,6 +72,21 @@ def maintenance_round(cfg, tally: Counter[str], n: int) -> None:  # type: ignore
         assert operations.vacuum(silver, cfg, dry_run=False).verdict.allowed
 
 
+def zorder_silver_until(stop: threading.Event, cfg, tally: Counter[str]) -> None:  # type: ignore[no-untyped-def]
+    """Z-order silver back to back, so its commits keep racing the streaming MERGE's (both retry)."""
+    ref = resolve_table(cfg, SILVER)
+    retry = RetryPolicy(max_attempts=10, initial_backoff_s=0.02, max_backoff_s=0.2)
+    while not stop.is_set():
+        try:
+            result = operations.optimize(ref, zorder=["order_id"], retry=retry)
+        except ConflictError:
+            tally["gave up"] += 1
+        else:
+            tally["z-orders"] += 1
+            tally["retries"] += result.attempts - 1
+        stop.wait(0.05)
+
+
 def test_optimize_and_vacuum_in_a_loop_beside_an_unbounded_ingest(
     kafka: str, lakehouse: Path, tmp_path: Path
 ) -> None:
@@ -87,6 +103,9 @@ def test_optimize_and_vacuum_in_a_loop_beside_an_unbounded_ingest(
 
     started = time.monotonic()
     job = start_unbounded(env, log)
+    stop = threading.Event()
+    racing: Counter[str] = Counter()
+    racer = threading.Thread(target=zorder_silver_until, args=(stop, cfg, racing), daemon=True)
     try:
         rounds = 0
         # The second half goes out in chunks (in order, so each partition's order is the same) between
@@ -100,6 +119,8 @@ def test_optimize_and_vacuum_in_a_loop_beside_an_unbounded_ingest(
             if table_rows(lakehouse, SILVER) == 0:
                 time.sleep(0.5)  # the job is still starting
                 continue
+            if not racer.is_alive():
+                racer.start()
             maintenance_round(cfg, tally, rounds)
             rounds += 1
             if chunks and rounds % 2 == 0:
@@ -111,6 +132,8 @@ def test_optimize_and_vacuum_in_a_loop_beside_an_unbounded_ingest(
             maintenance_round(cfg, tally, rounds)
             rounds += 1
             time.sleep(1)
+        stop.set()
+        racer.join(timeout=60)
         # The scheduled maintainer, as a user runs it, beside the same job.
         auto = run_cli(
             "maintain",
@@ -122,9 +145,12 @@ def test_optimize_and_vacuum_in_a_loop_beside_an_unbounded_ingest(
         assert "silver/orders:" in auto.stdout and "not done" not in auto.stdout, auto.stdout
         time.sleep(2)
     finally:
+        stop.set()
         kill_group(job)
     elapsed = time.monotonic() - started
     print(f"{rounds} maintenance rounds beside ingest in {elapsed:.0f}s: {dict(tally)}")
+    print(f"silver Z-ordered back to back beside its MERGEs: {dict(racing)}")
+    assert racing["z-orders"] > rounds
     assert (
         rounds >= 5
         and sum(tally[k] for k in ("optimize runs", "optimize gave up", "optimize skipped (no table yet)"))
@@ -135,7 +161,7 @@ def test_optimize_and_vacuum_in_a_loop_beside_an_unbounded_ingest(
     zordered = [e for e in history if e.get("lakestream.maintenance") == "zorder"]
     merges = [e for e in history if e.get("operation") == "MERGE"]
     print(f"silver: {len(zordered)} Z-order and {len(merges)} MERGE commits interleaved")
-    assert len(zordered) >= rounds - tally["optimize gave up"] and len(merges) >= 2
+    assert len(zordered) >= rounds - tally["optimize gave up"] + racing["z-orders"] and len(merges) >= 2
     assert_tables(lakehouse, records)
 
 

@@ -250,3 +250,59 @@ def test_history_lines_name_the_sink_checkpoints_and_maintenance(tmp_path: Path)
     assert "OPTIMIZE" in lines[1] and "maintenance: optimize" in lines[1]
     assert "sink checkpoints: job:run-1:0@2" in lines[2]
     assert len(operations.history_lines(ref, limit=2)) == 3
+
+
+def test_two_compactions_from_one_snapshot_duplicate_rows_in_delta_rs_so_ours_take_a_lock(
+    tmp_path: Path,
+) -> None:
+    """delta-rs 1.6 lets two OPTIMIZE commits planned on one snapshot both land (rows twice)."""
+    ref, _ = appended(tmp_path)
+    stale = DeltaTable(ref.uri)
+    operations.optimize(ref)  # ours, under the lock
+    stale.optimize.compact()  # another engine's, planned before ours landed: delta-rs lets it through
+    assert len(ids(ref)) == 20  # the same 10 rows twice: what the lock and the check are for
+    from maintenance.rewrites import DuplicatedRowsError, check_rewrite
+
+    with pytest.raises(
+        DuplicatedRowsError, match="(?s)version\\(s\\) \\[6\\] had already rewritten.*restore"
+    ):
+        check_rewrite(ref, 7, "optimize")
+
+
+def test_a_second_rewrite_waits_for_the_lock_and_gives_up_naming_the_holder(tmp_path: Path) -> None:
+    from maintenance.rewrites import TableBusyError, rewrite_lock
+
+    ref, _ = appended(tmp_path)
+    with rewrite_lock(ref, "optimize"):
+        with pytest.raises(
+            TableBusyError, match='(?s)another maintenance rewrite holds .*"operation": "optimize"'
+        ):
+            with rewrite_lock(ref, "zorder", wait_s=0.3):
+                pass
+    with rewrite_lock(ref, "zorder", wait_s=0.3):  # released
+        pass
+
+
+def test_concurrent_optimizes_through_maintain_never_duplicate(tmp_path: Path) -> None:
+    import threading
+
+    ref, w = appended(tmp_path)
+    errors: list[BaseException] = []
+
+    def zorders() -> None:
+        try:
+            for _ in range(8):
+                operations.optimize(ref, zorder=["id"], retry=FAST)
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=zorders) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert ids(ref) == list(range(2, 12))
+    assert (
+        len([e for e in DeltaTable(ref.uri).history() if e.get("lakestream.maintenance") == "zorder"]) == 24
+    )
