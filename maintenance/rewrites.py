@@ -75,8 +75,7 @@ def duplicated_by(ref: TableRef, version: int) -> list[tuple[int, str]]:
     read version and itself had removed it already: those rows were rewritten twice."""
     log = DeltaLog(ref.uri)
     mine = _commit_json(log, version)
-    info = next((a["commitInfo"] for a in mine if "commitInfo" in a), {})
-    read = info.get("readVersion")
+    read = _commit_info(mine).get("readVersion")
     if not isinstance(read, int):
         return []
     removed = {a["remove"]["path"] for a in mine if "remove" in a}
@@ -94,10 +93,14 @@ def find_commit(ref: TableRef, *, after: int, key: str, token: str) -> int | Non
     log = DeltaLog(ref.uri)
     latest = log.table().version()
     for version in range(after + 1, latest + 1):
-        info = next((a["commitInfo"] for a in _commit_json(log, version) if "commitInfo" in a), {})
-        if isinstance(info, dict) and info.get(key) == token:
+        if _commit_info(_commit_json(log, version)).get(key) == token:
             return version
     return None
+
+
+def _commit_info(actions: list[dict[str, Any]]) -> dict[str, Any]:
+    info: dict[str, Any] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+    return info
 
 
 def _commit_json(log: DeltaLog, version: int) -> list[dict[str, Any]]:
