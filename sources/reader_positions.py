@@ -97,7 +97,10 @@ def with_position(
     Entries older than ``history_ms`` go, except the newest of them: it is the state at the start of
     the kept window. Consecutive entries of one version collapse into the first (it says the most).
     """
-    old = record.positions if record is not None and record.table_id == table_id else ()
+    # An id not known yet ("") matches any: dropping the history then would lose the oldest position.
+    same = record is not None and (record.table_id == table_id or not record.table_id or not table_id)
+    old = record.positions if record is not None and same else ()
+    table_id = table_id or (record.table_id if record is not None and same else "")
     positions = list(old)
     if not positions or positions[-1][1] != version:
         positions.append((now_ms, version))

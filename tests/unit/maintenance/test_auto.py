@@ -108,3 +108,24 @@ def test_a_round_compacts_and_checkpoints_a_real_table(tmp_path: Path) -> None:
 def test_bad_maintenance_settings_fail_with_the_key(env: dict[str, str], needle: str) -> None:
     with pytest.raises(ConfigError, match=needle.replace(".", r"\.")):
         load_config(environ=env)
+
+
+def test_run_stops_when_asked_between_operations(tmp_path: Path) -> None:
+    import threading
+
+    from maintenance.auto import run
+
+    for name in ("a/t", "b/t"):
+        write_deltalake(str(tmp_path / name), pa.table({"v": [1]}))
+    cfg = Config().replace("lakehouse", root=str(tmp_path)).replace("maintenance", interval="1h")
+    stop = threading.Event()
+    lines: list[str] = []
+
+    def report(line: str) -> None:
+        lines.append(line)
+        stop.set()  # as Ctrl-C does: the running operation finishes, nothing after it starts
+
+    assert run(cfg, stop=stop, report=report) == 1
+    assert len(lines) == 1 and lines[0].startswith("a/t: vacuum")
+    assert run(cfg, once=True, report=lines.append) == 1  # --once: one round over both tables
+    assert any(x.startswith("b/t: log cleanup") for x in lines)

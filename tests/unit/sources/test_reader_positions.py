@@ -49,6 +49,13 @@ def test_another_table_id_starts_a_new_history() -> None:
     assert rec.positions == ((MIN, 0),)
 
 
+def test_an_id_not_known_yet_keeps_the_history() -> None:
+    first = with_position(None, reader="r", table_id="", version=0, now_ms=0)
+    rec = with_position(first, reader="r", table_id="tid", version=4, now_ms=MIN)
+    assert rec.positions == ((0, 0), (MIN, 4)) and rec.table_id == "tid"
+    assert with_position(rec, reader="r", table_id="", version=5, now_ms=2 * MIN).table_id == "tid"
+
+
 def test_json_round_trip_and_safe_file_names(tmp_path: Path) -> None:
     rec = record((5, 1), (9, 2))
     assert ReaderRecord.from_json(rec.to_json()) == rec
