@@ -21,7 +21,7 @@ lint: venv
 	$(VPY) -m ruff check .
 
 typecheck: venv
-	$(VPY) -m mypy --strict lakestream sinks sources udfs flink_jobs devtools benchmarks
+	$(VPY) -m mypy --strict lakestream sinks sources udfs maintenance flink_jobs devtools benchmarks
 
 bootstrap: tools venv jvm
 

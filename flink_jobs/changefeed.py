@@ -173,6 +173,8 @@ def build_changefeed_job(
         read_schema=read_schema,
         start=start,
         emit_progress=True,
+        # One position record per feed (two feeds of one table to other targets share the source uid).
+        reader_id=f"changefeed {table} -> {target.kind}:{target.value}",
     )
     if target.kind == "delta":
         from udfs.delta_sink import sink_to_delta

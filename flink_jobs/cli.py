@@ -11,12 +11,13 @@ import sys
 from collections.abc import Sequence
 
 from devtools import kafka_broker
-from flink_jobs import changefeed, demo, ingest, land
+from flink_jobs import changefeed, demo, ingest, land, maintain
 from flink_jobs.cli_common import JobFailedError, SubParsers, add_command, add_flags, load
 from flink_jobs.resume import ResumeError
 from lakestream.config import ConfigError
 from lakestream.flink_runtime import FlinkRuntimeError
 from lakestream.paths import MissingBuildError
+from maintenance.errors import ConflictError, MaintenanceError
 from sources.errors import DeltaSourceError
 
 
@@ -35,10 +36,27 @@ def cmd_kafka(args: argparse.Namespace) -> int:
 
 
 def cmd_tables(args: argparse.Namespace) -> int:
-    """List the Delta tables under the lakehouse root with their row counts and versions."""
-    from flink_jobs.tables import print_tables
+    """List the Delta tables under the lakehouse root with their row counts and versions, or read one
+    table (or all) as of an older version or time."""
+    from flink_jobs.tables import print_table_at, print_tables
+    from maintenance.facts import resolve_table
 
-    print_tables(load(args).lakehouse.root)
+    cfg = load(args)
+    if args.table is None:
+        if args.version is not None:
+            raise ConfigError(
+                "--version: versions differ per table; name one, e.g. "
+                "`lakestream tables silver/orders --version 3`"
+            )
+        if args.rows:
+            raise ConfigError(
+                "--rows: name the table to show rows of, e.g. `lakestream tables silver/orders --rows 10`"
+            )
+        print_tables(cfg.lakehouse.root, as_of=args.as_of)
+        return 0
+    ref = resolve_table(cfg, args.table)
+    at = args.version if args.version is not None else args.as_of
+    print_table_at(ref.uri, ref.name, at, rows=args.rows)
     return 0
 
 
@@ -51,13 +69,20 @@ def _register_kafka(subparsers: SubParsers) -> None:
 
 
 def _register_tables(subparsers: SubParsers) -> None:
-    add_command(
+    p = add_command(
         subparsers,
         "tables",
         func=cmd_tables,
         flags=("lakehouse", "bootstrap_servers"),
-        help="list Delta tables with row counts",
+        help="list Delta tables with row counts, or read one as of an older version (time travel)",
     )
+    p.add_argument("table", nargs="?", default=None, help="one table (under lakehouse.root, or a path)")
+    at = p.add_mutually_exclusive_group()
+    at.add_argument("--version", type=int, default=None, help="read TABLE at this version")
+    at.add_argument(
+        "--as-of", default=None, help="read as of this time (RFC 3339, e.g. 2026-12-01T08:00:00Z)"
+    )
+    p.add_argument("--rows", type=int, default=0, help="also print up to this many rows of TABLE")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.register(sub)
     changefeed.register(sub)
     _register_tables(sub)
+    maintain.register(sub)
     demo.register(sub)
     return parser
 
@@ -81,6 +107,10 @@ def failure(exc: Exception, command: str) -> tuple[int, str] | None:
     if isinstance(exc, FlinkRuntimeError | MissingBuildError | kafka_broker.KafkaBrokerError):
         return 2, f"lakestream: {exc}"
     if isinstance(exc, DeltaSourceError | ResumeError):
+        return 2, f"lakestream {command}: {exc}"
+    if isinstance(exc, ConflictError):
+        return 1, f"lakestream {command}: {exc}"
+    if isinstance(exc, MaintenanceError):
         return 2, f"lakestream {command}: {exc}"
     if isinstance(exc, JobFailedError):
         return 1, f"lakestream {command}: job failed: {exc}"

@@ -231,6 +231,55 @@ class TablesConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class MaintenanceConfig:
+    """What ``lakestream maintain auto`` does to each table per round, and when (README, maintenance).
+
+    A partition is compacted once it holds ``min_small_files`` files below ``small_file_mb``; the log is
+    checkpointed once ``checkpoint_every`` commits followed the last checkpoint; vacuum (files removed
+    from the table, never staged ones) and log cleanup run at most every ``vacuum_every``, only where
+    the retention is safe for the jobs and readers (DESIGN.md section 9).
+    """
+
+    #: Time between two rounds of ``maintain auto``.
+    interval: timedelta = timedelta(minutes=10)
+    #: Table names under the lakehouse root to maintain; empty: every table found there.
+    tables: tuple[str, ...] = ()
+    small_file_mb: int = 8
+    min_small_files: int = 16
+    checkpoint_every: int = 100
+    vacuum: bool = True
+    vacuum_every: timedelta = timedelta(days=1)
+    cleanup_logs: bool = True
+    #: Attempts of an OPTIMIZE that conflicts with a streaming commit (first one included).
+    retry_attempts: int = 10
+    #: Table name -> comma-separated columns: those tables are Z-ordered instead of compacted.
+    zorder: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        """Thresholds of zero would compact or checkpoint on every round, or never stop retrying."""
+        for key in ("small_file_mb", "checkpoint_every", "retry_attempts"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"maintenance.{key}: must be at least 1, got {getattr(self, key)}")
+        if self.min_small_files < 2:
+            raise ConfigError(
+                f"maintenance.min_small_files: must be at least 2 (one file cannot be compacted), "
+                f"got {self.min_small_files}"
+            )
+        if self.interval < timedelta(seconds=1):
+            raise ConfigError(f"maintenance.interval: must be at least 1s, got {self.interval}")
+        bad = {t: c for t, c in self.zorder.items() if not [x for x in c.split(",") if x.strip()]}
+        if bad:
+            raise ConfigError(
+                f"maintenance.zorder: each table needs comma-separated column names, got {bad}; "
+                'write e.g. "silver/orders" = "order_id"'
+            )
+
+    def zorder_columns(self, table: str) -> tuple[str, ...]:
+        """Z-order columns of ``table`` (a name under the lakehouse root); empty: compact it."""
+        return tuple(c.strip() for c in self.zorder.get(table, "").split(",") if c.strip())
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     """The whole configuration; build it with :func:`load_config`."""
 
@@ -240,6 +289,7 @@ class Config:
     event_time: EventTimeConfig = field(default_factory=EventTimeConfig)
     quality: QualityConfig = field(default_factory=QualityConfig)
     tables: TablesConfig = field(default_factory=TablesConfig)
+    maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
 
     def replace(self, section: str, **values: Any) -> Config:
         """A copy with some keys of one section changed (validated like the file)."""
@@ -255,6 +305,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "event_time": EventTimeConfig,
     "quality": QualityConfig,
     "tables": TablesConfig,
+    "maintenance": MaintenanceConfig,
 }
 
 

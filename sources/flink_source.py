@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -20,9 +21,11 @@ from pyflink.datastream import KeyedProcessFunction, RuntimeContext
 from pyflink.datastream.state import ValueStateDescriptor
 
 from lakestream.progress import Progress
+from sources.delta_log import is_local_uri, local_path
 from sources.offsets import SourceOffset
 from sources.options import DeltaSourceOptions
 from sources.reader import table_rows
+from sources.reader_positions import PositionRecorder
 from sources.stream_reader import DeltaStreamReader, PollReport, resolve_read_schema
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -46,6 +49,7 @@ class DeltaSourceFunction(KeyedProcessFunction):  # type: ignore[misc]
         metric_scope: str = "",
         start: SourceOffset | None = None,
         emit_progress: bool = False,
+        reader_id: str = "",
     ) -> None:
         """``start``: where a stream without state begins (a recorded position), instead of the options'
         starting point; a restored offset wins over it. ``emit_progress``: see the module docstring."""
@@ -56,7 +60,10 @@ class DeltaSourceFunction(KeyedProcessFunction):  # type: ignore[misc]
         self.metric_scope = metric_scope or table_uri
         self.start_json = start.to_json() if start is not None else None
         self.emit_progress = emit_progress
+        #: Names this reader's position record beside the table (``sources.reader_positions``).
+        self.reader_id = reader_id or self.metric_scope
         self.reader: DeltaStreamReader | None = None
+        self.positions: PositionRecorder | None = None
         self.last: PollReport | None = None
         self._lag_ms: int = 0
 
@@ -68,6 +75,8 @@ class DeltaSourceFunction(KeyedProcessFunction):  # type: ignore[misc]
         self.reader = DeltaStreamReader(
             self.table_uri, self.options, read_schema=self.read_schema, storage_options=self.storage_options
         )
+        if is_local_uri(self.table_uri):
+            self.positions = PositionRecorder(Path(local_path(self.table_uri)), self.reader_id)
         group = runtime_context.get_metrics_group().add_group("delta_source", self.metric_scope)
         self._rows = group.counter("rowsEmitted")
         self._polls = group.counter("polls")
@@ -84,6 +93,11 @@ class DeltaSourceFunction(KeyedProcessFunction):  # type: ignore[misc]
         group.gauge("sourceLagMs", lambda: self._lag_ms)
         group.gauge("lastCompleteVersion", lambda: self.last.end.last_complete_version if self.last else -1)
 
+    def close(self) -> None:
+        """Write the reader's last observed position (a bounded run ends between two records)."""
+        if self.positions is not None:
+            self.positions.flush()
+
     def process_element(self, value: Any, ctx: KeyedProcessFunction.Context) -> Iterator[Any]:
         """Poll once: emit the batch after the stored offset, then store (and emit) the new offset."""
         assert self.reader is not None
@@ -91,6 +105,10 @@ class DeltaSourceFunction(KeyedProcessFunction):  # type: ignore[misc]
         stored = raw or self.start_json
         offset = self.reader.start(SourceOffset.from_json(stored) if stored else None)
         started = time.time()
+        if self.positions is not None:  # what a checkpoint taken now would hold, for maintenance
+            self.positions.observe(
+                version=offset.version, table_id=offset.table_id, now_ms=int(started * 1000)
+            )
         plan = self.reader.plan(offset)
         rows = 0
         for table in self.reader.read(plan):
@@ -161,6 +179,7 @@ def delta_source(
     storage_options: Mapping[str, str] | None = None,
     start: SourceOffset | None = None,
     emit_progress: bool = False,
+    reader_id: str | None = None,
 ) -> DataStream:
     """Follow a Delta table as a stream of value tuples in :func:`sources.reader.output_schema` order.
 
@@ -190,6 +209,7 @@ def delta_source(
         metric_scope=uid,
         start=start,
         emit_progress=emit_progress,
+        reader_id=reader_id or uid,
     )
     return (
         ticks_ds.key_by(lambda _tick: 0, key_type=Types.INT())

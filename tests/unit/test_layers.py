@@ -10,7 +10,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("lakestream", "sinks", "sources", "udfs", "flink_jobs", "devtools")
+PACKAGES = ("lakestream", "sinks", "sources", "udfs", "maintenance", "flink_jobs", "devtools")
 
 
 def modules() -> dict[str, Path]:
@@ -82,7 +82,7 @@ def test_no_import_circle_between_project_modules() -> None:
 
 def test_the_product_does_not_import_the_dev_tools_or_the_cli() -> None:
     for module, deps in graph().items():
-        if module.split(".")[0] in ("lakestream", "sinks", "sources", "udfs"):
+        if module.split(".")[0] in ("lakestream", "sinks", "sources", "udfs", "maintenance"):
             wrong = sorted(d for d in deps if d.split(".")[0] in ("devtools", "flink_jobs"))
             assert not wrong, f"{module} imports {wrong}"
 

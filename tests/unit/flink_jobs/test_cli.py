@@ -28,6 +28,7 @@ REQUIRED = {
     "ingest": [],
     "changefeed": ["--table", "silver/orders", "--to", "delta:audit/orders"],
     "tables": [],
+    "maintain": ["history", "bronze/order_events"],
     "demo": [],
 }
 #: Which shared flags each sub-command takes (--config: all of them).
@@ -37,6 +38,7 @@ TAKES = {
     "ingest": {"lakehouse", "bootstrap_servers", "bounded", "fresh"},
     "changefeed": {"lakehouse", "bootstrap_servers", "fresh", "job_name"},
     "tables": {"lakehouse", "bootstrap_servers"},
+    "maintain": set(),  # its operations take --lakehouse (tests/unit/flink_jobs/test_maintain_cli.py)
     "demo": {"lakehouse", "bootstrap_servers"},
 }
 

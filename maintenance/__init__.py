@@ -1,0 +1,7 @@
+"""Table maintenance beside the streaming jobs: compaction, vacuum, log checkpoints and cleanup,
+history, restore, properties, and the scheduled maintainer (``lakestream maintain``).
+
+``retention`` holds the pure rules (what the jobs and readers still need), ``facts`` gathers their
+inputs from a table folder, ``operations`` runs each operation with those checks and conflict
+retries, ``auto`` decides and runs the scheduled rounds. Contracts: DESIGN.md section 10.
+"""

@@ -1,0 +1,201 @@
+"""Where each Delta-source reader of a table stands, recorded beside the table for its maintenance.
+
+VACUUM deletes files removed from the table more than its retention ago, and log cleanup deletes old
+commit files; a reader that is behind, or that restores from a checkpoint taken a while ago, still
+needs the files of every version from the one its offset state names. PyFlink gives the source no
+checkpoint hook, so the Flink source records, at most every ``RECORD_EVERY_MS``, the version its offset
+state holds and the time, keeping ``HISTORY_MS`` of such entries; a checkpoint taken at time t holds an
+offset at or after the entry recorded last before t. ``lakestream maintain`` reads these records to
+know how far back each reader may still go (DESIGN.md section 10). Local tables only.
+
+Layout: ``<table>/_lakestream/readers/<reader id, percent-encoded>.json`` (Delta and VACUUM skip
+folders starting with ``_``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+log = logging.getLogger(__name__)
+
+READERS_DIR = Path("_lakestream") / "readers"
+RECORD_FORMAT = 1
+#: A reader rewrites its record at most this often (one small file write per 10 s of polling).
+RECORD_EVERY_MS = 10_000
+#: How much position history a record keeps: the longest a restore may go back behind the reader's
+#: newest entry (checkpoint interval plus checkpoint timeout) must fit into it.
+HISTORY_MS = 6 * 3600 * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class ReaderRecord:
+    """One reader's recent positions: ``(recorded_ms, version its offset state held)``, oldest first."""
+
+    reader: str
+    table_id: str
+    updated_ms: int
+    positions: tuple[tuple[int, int], ...]
+
+    def needed_version(self, horizon_ms: int) -> int:
+        """The oldest version a restore of this reader may go back to.
+
+        A restore goes back to a checkpoint taken at most ``horizon_ms`` before the newest entry; the
+        offset state then held is at or after the entry recorded last before that time (offsets only
+        move forward within one run, and a restore records its lower offset again at its first poll).
+        """
+        cutoff = self.updated_ms - horizon_ms
+        inside = [v for t, v in self.positions if t >= cutoff]
+        before = [v for t, v in self.positions if t < cutoff]
+        candidates = inside + before[-1:]
+        return min(candidates) if candidates else 0
+
+    def to_json(self) -> str:
+        """Serialized form (versioned by ``format``)."""
+        return json.dumps(
+            {
+                "format": RECORD_FORMAT,
+                "reader": self.reader,
+                "table_id": self.table_id,
+                "updated_ms": self.updated_ms,
+                "positions": [list(p) for p in self.positions],
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> ReaderRecord:
+        """Parse what :meth:`to_json` wrote; refuses formats this code does not know."""
+        doc = json.loads(text)
+        if doc.get("format") != RECORD_FORMAT:
+            raise ValueError(f"unknown reader record format {doc.get('format')!r} (expected {RECORD_FORMAT})")
+        return cls(
+            reader=str(doc["reader"]),
+            table_id=str(doc.get("table_id", "")),
+            updated_ms=int(doc["updated_ms"]),
+            positions=tuple((int(t), int(v)) for t, v in doc["positions"]),
+        )
+
+
+def with_position(
+    record: ReaderRecord | None,
+    *,
+    reader: str,
+    table_id: str,
+    version: int,
+    now_ms: int,
+    history_ms: int = HISTORY_MS,
+) -> ReaderRecord:
+    """``record`` with the position ``version`` observed at ``now_ms`` added, history pruned.
+
+    Entries older than ``history_ms`` go, except the newest of them: it is the state at the start of
+    the kept window. Consecutive entries of one version collapse into the first (it says the most).
+    """
+    # An id not known yet ("") matches any: dropping the history then would lose the oldest position.
+    same = record is not None and (record.table_id == table_id or not record.table_id or not table_id)
+    old = record.positions if record is not None and same else ()
+    table_id = table_id or (record.table_id if record is not None and same else "")
+    positions = list(old)
+    if not positions or positions[-1][1] != version:
+        positions.append((now_ms, version))
+    cutoff = now_ms - history_ms
+    older = [p for p in positions if p[0] < cutoff]
+    kept = older[-1:] + [p for p in positions if p[0] >= cutoff]
+    return ReaderRecord(reader=reader, table_id=table_id, updated_ms=now_ms, positions=tuple(kept))
+
+
+def record_path(table_root: Path, reader: str) -> Path:
+    """Where the record of ``reader`` lives in the table folder (any reader id is a safe file name)."""
+    return table_root / READERS_DIR / f"{quote(reader, safe='').replace('.', '%2E')}.json"
+
+
+def read_records(table_root: Path) -> list[ReaderRecord]:
+    """Every reader record of the table, sorted by reader id (unreadable ones are logged and skipped)."""
+    folder = table_root / READERS_DIR
+    if not folder.is_dir():
+        return []
+    out = []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            out.append(ReaderRecord.from_json(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError, KeyError) as exc:
+            log.warning("skipping unreadable reader record %s: %s", path, exc)
+    return sorted(out, key=lambda r: r.reader)
+
+
+def forget(table_root: Path, reader: str) -> bool:
+    """Delete the record of a reader that is gone for good; False when there was none."""
+    path = record_path(table_root, reader)
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def write_record(table_root: Path, record: ReaderRecord) -> None:
+    """Replace the record atomically (temp file + rename): a reader of it sees old or new, never torn."""
+    path = record_path(table_root, record.reader)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(record.to_json())
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+class PositionRecorder:
+    """The Flink source's side: observe the offset state's version on each poll, write when due.
+
+    A failure to write is logged once and never fails the stream: the record only informs maintenance.
+    """
+
+    def __init__(self, table_root: Path, reader: str, *, every_ms: int = RECORD_EVERY_MS) -> None:
+        self.table_root = table_root
+        self.reader = reader
+        self.every_ms = every_ms
+        self._record: ReaderRecord | None = None
+        self._written_ms: int | None = None
+        self._warned = False
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            self._record = ReaderRecord.from_json(record_path(table_root, reader).read_text(encoding="utf-8"))
+
+    def flush(self) -> bool:
+        """Write what was observed since the last write (at the end of a task); True when written."""
+        if self._record is None or self._written_ms == self._record.updated_ms:
+            return False
+        return self._write()
+
+    def observe(self, *, version: int, table_id: str, now_ms: int) -> bool:
+        """Note the offset state's version; True when the record was written."""
+        lower = (
+            self._record is not None and self._record.positions and version < self._record.positions[-1][1]
+        )
+        self._record = with_position(
+            self._record, reader=self.reader, table_id=table_id, version=version, now_ms=now_ms
+        )
+        due = self._written_ms is None or lower or now_ms - self._written_ms >= self.every_ms
+        if not due:
+            return False
+        return self._write()
+
+    def _write(self) -> bool:
+        assert self._record is not None
+        try:
+            write_record(self.table_root, self._record)
+        except OSError as exc:
+            if not self._warned:
+                log.warning(
+                    "cannot record the position of reader %s in %s: %s", self.reader, self.table_root, exc
+                )
+                self._warned = True
+            return False
+        self._written_ms = self._record.updated_ms
+        return True
