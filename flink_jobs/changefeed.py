@@ -293,8 +293,11 @@ def cmd_changefeed(args: argparse.Namespace) -> int:
         restore_from=args.from_checkpoint or latest,
         checkpoint_dir=checkpoint_dir,
     )
+    from lakestream.cluster_slots import execute_job
+
+    job_name = args.job_name or f"lakestream-changefeed {args.table} -> {args.to.kind}:{args.to.value}"
     try:
-        env.execute(args.job_name or f"lakestream-changefeed {args.table} -> {args.to.kind}:{args.to.value}")
+        execute_job(env, job_name, cfg.flink)
     except Exception as exc:  # the job failed inside Flink: surface the source's own message
         reason = source_failure(str(exc))
         if reason is None:

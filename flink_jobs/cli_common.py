@@ -132,6 +132,7 @@ def run_kafka_job(
     """
     from flink_jobs.kafka_input import commit_group_offsets, snapshot_end_offsets
     from flink_jobs.tables import print_tables
+    from lakestream.cluster_slots import execute_job
 
     bootstrap = broker(cfg)
     end_offsets = snapshot_end_offsets(bootstrap, topics) if args.bounded else None
@@ -143,7 +144,7 @@ def run_kafka_job(
         checkpoint_dir=checkpoint_dir,
         resume_from=resume_from,
     )
-    env.execute(job_name)
+    execute_job(env, job_name, cfg.flink)
     if end_offsets is not None:
         commit_group_offsets(bootstrap, group_id, end_offsets)
         print_tables(cfg.lakehouse.root)

@@ -138,6 +138,11 @@ def test_checkpoints_folder_per_job_and_resume_from_the_newest(
 
 
 class FakeEnv:
+    # What the slot check reads of a local environment: nothing to check before execute.
+    _j_stream_execution_environment = SimpleNamespace(
+        getConfiguration=lambda: SimpleNamespace(toMap=lambda: {"execution.target": "local"})
+    )
+
     def __init__(self) -> None:
         self.executed: list[str] = []
 
