@@ -92,13 +92,13 @@ def check_demo_slots(cfg: Config) -> None:
     The ingest graph needs ``flink.parallelism`` slots: every stage runs at that parallelism and the
     silver committer at 1, all in one slot-sharing group (tests/integration/test_job_slots.py).
     """
-    from lakestream.cluster_slots import require_slots
+    from lakestream.cluster_slots import REST_ERRORS, require_slots
     from lakestream.flink_runtime import FlinkRuntimeError
 
     address = cfg.flink.jobmanager
     try:
         require_slots(address, cfg.flink.parallelism, cfg.flink.parallelism)
-    except (OSError, ValueError) as exc:
+    except REST_ERRORS as exc:
         raise FlinkRuntimeError(
             f"cannot read the Flink REST API at http://{address}/overview ({exc}): set flink.jobmanager "
             "(LAKESTREAM__FLINK__JOBMANAGER) to a running JobManager's REST host:port"

@@ -8,10 +8,10 @@ thin wrapper every lakestream job runs through (DESIGN.md section 8).
 
 from __future__ import annotations
 
+import http.client
 import json
 import sys
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -26,6 +26,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: How long a cluster without any registered slot (TaskManagers still starting) is waited for.
 STARTUP_WAIT_S = 60.0
+#: What reading ``/overview`` raises when the REST API is not plain HTTP JSON (TLS, a proxy, a wrong port).
+REST_ERRORS = (OSError, ValueError, http.client.HTTPException)
 DEFAULT_SLOT_SHARING_GROUP = "default"
 
 
@@ -117,7 +119,7 @@ def require_slots(
 
     Only a cluster that is still starting is waited for, up to ``wait_s``: its REST API refusing
     connections, or no slot registered yet (as right after a ``docker compose up``). Other errors of
-    the REST call are raised as they are (``OSError``, ``ValueError`` for a body that is not JSON).
+    the REST call are raised as they are (:data:`REST_ERRORS`).
     """
     deadline = clock() + wait_s
     while True:
@@ -167,7 +169,7 @@ def check_cluster_slots(env: StreamExecutionEnvironment, parallelism: int) -> Cl
     needed = graph_slots(env)
     try:
         return require_slots(address, needed, parallelism)
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+    except REST_ERRORS as exc:
         print(
             f"lakestream: could not read the free slots of the cluster at {address} ({exc}); "
             "submitting anyway",
