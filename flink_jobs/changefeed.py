@@ -379,9 +379,11 @@ def cmd_changefeed(args: argparse.Namespace) -> int:
         positions_topic=positions_topic,
         run_id=lineage.run_id,
     )
+    from lakestream.cluster_slots import execute_job
+
+    job_name = args.job_name or f"lakestream-changefeed {args.table} -> {args.to.kind}:{args.to.value}"
     try:
-        name = f"lakestream-changefeed {args.table} -> {target.kind}:{target.value}"
-        result = env.execute(args.job_name or name)
+        result = execute_job(env, job_name, cfg.flink)
     except Exception as exc:  # the job failed inside Flink: surface the source's own message
         reason = source_failure(str(exc))
         if reason is None:

@@ -156,6 +156,7 @@ def run_kafka_job(cfg: Config, args: argparse.Namespace, job: KafkaJob) -> int:
     from flink_jobs.kafka_input import commit_group_offsets, snapshot_end_offsets
     from flink_jobs.tables import print_tables
     from lakestream.flink_runtime import check_runtime
+    from lakestream.cluster_slots import execute_job
 
     check_runtime(cfg.flink)
     bootstrap = broker(cfg)
@@ -233,7 +234,7 @@ def run_kafka_job(cfg: Config, args: argparse.Namespace, job: KafkaJob) -> int:
         run_id=lineage.run_id,
         **options,
     )
-    result = env.execute(job.job_name)
+    result = execute_job(env, job.job_name, cfg.flink)
     if detached(result):
         print("submitted detached: the next run continues from this run's checkpoints", flush=True)
         return 0
@@ -253,6 +254,7 @@ def _complete_bounded_run(cfg: Config, job: KafkaJob, plan: StartPlan, bootstrap
     """
     from flink_jobs.kafka_input import commit_group_offsets, parse_split
     from flink_jobs.resume import ResumeError, job_folder_of
+    from lakestream.cluster_slots import execute_job
 
     lineage = plan.lineage
     assert lineage is not None
@@ -275,8 +277,9 @@ def _complete_bounded_run(cfg: Config, job: KafkaJob, plan: StartPlan, bootstrap
     folder.prune(lineage, keep_checkpoint=plan.checkpoint)
     seeds = lineage.start.get("watermarks", {})
     options: dict[str, Any] = {"watermark_seeds": seeds} if job.watermarks else {}
+    run_cfg = cfg.replace("flink", parallelism=lineage.parallelism)
     env = job.build(
-        cfg.replace("flink", parallelism=lineage.parallelism),
+        run_cfg,
         bootstrap_servers=bootstrap,
         bounded=True,
         end_offsets=end,
@@ -286,7 +289,7 @@ def _complete_bounded_run(cfg: Config, job: KafkaJob, plan: StartPlan, bootstrap
         run_id=lineage.run_id,
         **options,
     )
-    env.execute(f"{job.job_name} (completing run {lineage.run_id})")
+    execute_job(env, f"{job.job_name} (completing run {lineage.run_id})", run_cfg.flink)
     commit_group_offsets(bootstrap, job.group_id, end)
     folder.finish(lineage)
 

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from devtools.sample_events import SampleSettings, by_source, generate, produce
-from flink_jobs.cli_common import SubParsers, add_command, load
+from flink_jobs.cli_common import JobFailedError, SubParsers, add_command, load
 from lakestream import paths
 from lakestream.config import Config
 
@@ -79,7 +79,30 @@ def _submit(cfg: Config, bootstrap: str, args: list[str]) -> None:
         sys.executable,
     ]
     cmd += ["-pyclientexec", sys.executable, "-py", str(entry), *args]
-    subprocess.run(cmd, check=True, env={**_env(cfg, bootstrap)})
+    done = subprocess.run(cmd, check=False, env={**_env(cfg, bootstrap)})
+    if done.returncode != 0:
+        raise JobFailedError(
+            f"`flink run` to {cfg.flink.jobmanager} exited with {done.returncode} (output above)"
+        )
+
+
+def check_demo_slots(cfg: Config) -> None:
+    """Fail in seconds, before any work, when the cluster at ``flink.jobmanager`` lacks the slots.
+
+    The ingest graph needs ``flink.parallelism`` slots: every stage runs at that parallelism and the
+    silver committer at 1, all in one slot-sharing group (tests/integration/test_job_slots.py).
+    """
+    from lakestream.cluster_slots import REST_ERRORS, require_slots
+    from lakestream.flink_runtime import FlinkRuntimeError
+
+    address = cfg.flink.jobmanager
+    try:
+        require_slots(address, cfg.flink.parallelism, cfg.flink.parallelism)
+    except REST_ERRORS as exc:
+        raise FlinkRuntimeError(
+            f"cannot read the Flink REST API at http://{address}/overview ({exc}): set flink.jobmanager "
+            "(LAKESTREAM__FLINK__JOBMANAGER) to a running JobManager's REST host:port"
+        ) from exc
 
 
 def _env(cfg: Config, bootstrap: str) -> dict[str, str]:
@@ -95,6 +118,8 @@ def run_demo(cfg: Config, *, events: int) -> int:
     from devtools.kafka_broker import create_topic
     from flink_jobs.tables import print_tables
 
+    if cfg.flink.jobmanager:
+        check_demo_slots(cfg)
     # The demo owns <root>/demo and starts it empty, so running it twice gives the same tables.
     demo_root = Path(cfg.lakehouse.root) / "demo"
     if "://" not in cfg.lakehouse.root:

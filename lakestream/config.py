@@ -48,6 +48,29 @@ def parse_duration(value: object, *, key: str) -> timedelta:
     raise ConfigError(f"{key}: expected a duration such as '5m', '30s' or '250ms', got {value!r}")
 
 
+class PortRange(str):
+    """A TCP port (``"9249"``) or an inclusive port range (``"9249-9259"``); empty means off."""
+
+
+def parse_port_range(value: object, *, key: str) -> PortRange:
+    """Parse ``9249``, ``"9249"`` or ``"9249-9259"`` (ports 1-65535, low <= high); ``""`` is off."""
+    text = str(value).strip() if isinstance(value, int | str) and not isinstance(value, bool) else None
+    if text == "":
+        return PortRange("")
+    m = _PORTS.match(text or "")
+    if m is not None:
+        low, high = int(m.group(1)), int(m.group(2) or m.group(1))
+        if 1 <= low <= high <= 65535:
+            return PortRange(text or "")
+    raise ConfigError(
+        f"{key}: expected a port (9249) or a port range (\"9249-9259\") between 1 and 65535, "
+        f'or "" for off, got {value!r}'
+    )
+
+
+_PORTS = re.compile(r"^(\d{1,5})(?:-(\d{1,5}))?$")
+
+
 @dataclass(frozen=True, slots=True)
 class LakehouseConfig:
     """Where the Delta tables live."""
@@ -153,9 +176,13 @@ class FlinkConfig:
     #: without a cap G1 grew the heap to 2.8 GB for about 0.25 GB live over 40 minutes of ingest (state
     #: lives in RocksDB, off the heap).
     jvm_options: tuple[str, ...] = ("-XX:TieredStopAtLevel=1", "-Xmx1g")
+    #: Port (or range) of Flink's Prometheus reporter in the local MiniCluster, scraped at
+    #: ``http://127.0.0.1:PORT/metrics``; empty: no reporter. A cluster configures its own (README).
+    prometheus_port: PortRange = PortRange("")
 
     def __post_init__(self) -> None:
         """Reject sizes the JVM operators would refuse only once the job runs."""
+        parse_port_range(self.prometheus_port, key="flink.prometheus_port")
         if self.batch_size < 1:
             raise ConfigError(f"flink.batch_size: must be at least 1 record, got {self.batch_size}")
         if not 1 <= self.parallelism <= self.max_parallelism <= 32768:
@@ -237,7 +264,7 @@ class MaintenanceConfig:
     A partition is compacted once it holds ``min_small_files`` files below ``small_file_mb``; the log is
     checkpointed once ``checkpoint_every`` commits followed the last checkpoint; vacuum (files removed
     from the table, never staged ones) and log cleanup run at most every ``vacuum_every``, only where
-    the retention is safe for the jobs and readers (DESIGN.md section 9).
+    the retention is safe for the jobs and readers (DESIGN.md section 10).
     """
 
     #: Time between two rounds of ``maintain auto``.
@@ -368,6 +395,8 @@ def _coerce(key: str, hint: Any, value: Any) -> Any:
     origin = typing.get_origin(hint)
     if hint is timedelta:
         return parse_duration(value, key=key)
+    if hint is PortRange:
+        return parse_port_range(value, key=key)
     if hint is Decimal:
         try:
             if isinstance(value, bool):

@@ -37,6 +37,9 @@ MIN_JAVA = 17
 RUN_ID_PARAMETER = "lakestream.run-id"
 #: glibc arenas per process for the local JVM and its Python workers (``MALLOC_ARENA_MAX``).
 MALLOC_ARENAS = 2
+#: Flink's Prometheus reporter, shipped by the pyflink wheel as the plugin ``plugins/metrics-prometheus``.
+PROMETHEUS_FACTORY = "org.apache.flink.metrics.prometheus.PrometheusReporterFactory"
+PROMETHEUS_PLUGIN = "metrics-prometheus"
 
 
 def require_java() -> str:
@@ -75,6 +78,31 @@ def flink_home() -> Path:
     import pyflink
 
     return Path(pyflink.__file__).resolve().parent
+
+
+def prometheus_reporter_jar() -> Path:
+    """The Prometheus reporter jar of the installed Flink (the wheel's plugin, same Flink version)."""
+    folder = flink_home() / "plugins" / PROMETHEUS_PLUGIN
+    jars = sorted(folder.glob("flink-metrics-prometheus-*.jar"))
+    if not jars:
+        raise FlinkRuntimeError(
+            f"flink.prometheus_port is set but {folder} has no flink-metrics-prometheus jar; reinstall "
+            "apache-flink (`make venv`) or set flink.prometheus_port = \"\""
+        )
+    return jars[-1]
+
+
+def prometheus_settings(port: str) -> dict[str, str]:
+    """Flink configuration of the Prometheus reporter on ``port`` (a port or ``low-high``); none if empty."""
+    if not port:
+        return {}
+    return {"metrics.reporter.prom.factory.class": PROMETHEUS_FACTORY, "metrics.reporter.prom.port": port}
+
+
+def execution_target(env: StreamExecutionEnvironment) -> str:
+    """``execution.target`` of ``env``: ``local`` for a MiniCluster, ``remote`` under ``flink run -m``."""
+    conf = env._j_stream_execution_environment.getConfiguration().toMap()
+    return str(conf.get("execution.target") or "local")
 
 
 def _ms(td: Any) -> str:
@@ -125,6 +153,8 @@ def flink_settings(
     }
     if cfg.checkpoint_interval.total_seconds() > 0:
         settings["execution.checkpointing.interval"] = _ms(cfg.checkpoint_interval)
+    # A MiniCluster's reporters come from this configuration; a cluster's from its own (README, metrics).
+    settings.update(prometheus_settings(cfg.prometheus_port))
     return settings
 
 
@@ -195,6 +225,12 @@ def build_env(
     env = StreamExecutionEnvironment.get_execution_environment(conf)
     if run_id:
         env.get_config().set_global_job_parameters({RUN_ID_PARAMETER: run_id})
+    if cfg.prometheus_port and execution_target(env) == "local":
+        # The MiniCluster loads reporter factories from the context class loader only (no plugin
+        # folder), so the wheel's plugin jar goes there, not onto the job's classpath.
+        from pyflink.util.java_utils import add_jars_to_context_class_loader
+
+        add_jars_to_context_class_loader([prometheus_reporter_jar().as_uri()])
     env.set_python_executable(sys.executable)
     env.set_parallelism(cfg.parallelism)
     jar_list = list(jars) if jars is not None else paths.flink_jars()

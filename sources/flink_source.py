@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +34,18 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 UNBOUNDED_TICKS = 2**63 - 1
+
+#: Gauges over the last poll's report (group ``delta_source.<uid>``), integers as Flink's Python gauges
+#: are: Spark's per-trigger source progress and Delta's backlog (README, metrics).
+SOURCE_GAUGES: dict[str, Callable[[PollReport], float]] = {
+    "numInputRows": lambda r: r.progress.num_input_rows,
+    "inputRowsPerSecond": lambda r: r.progress.input_rows_per_second,
+    "processedRowsPerSecond": lambda r: r.progress.processed_rows_per_second,
+    "numFilesOutstanding": lambda r: r.backlog.files_outstanding,
+    "numBytesOutstanding": lambda r: r.backlog.bytes_outstanding,
+    "versionsBehind": lambda r: r.backlog.versions_behind,
+    "lastPollRows": lambda r: r.rows,
+}
 
 
 class DeltaSourceFunction(KeyedProcessFunction):  # type: ignore[misc]
@@ -66,6 +78,7 @@ class DeltaSourceFunction(KeyedProcessFunction):  # type: ignore[misc]
         self.positions: PositionRecorder | None = None
         self.last: PollReport | None = None
         self._lag_ms: int = 0
+        self._last_started: float | None = None
 
     def open(self, runtime_context: RuntimeContext) -> None:
         """Create the reader (caches live per task attempt) and register the metrics."""
@@ -85,13 +98,14 @@ class DeltaSourceFunction(KeyedProcessFunction):  # type: ignore[misc]
         self._rows_per_poll = group.distribution("rowsPerPoll")
         self.last = None
         self._lag_ms = 0
-        group.gauge("versionsBehind", lambda: self.last.backlog.versions_behind if self.last else 0)
-        group.gauge("numFilesOutstanding", lambda: self.last.backlog.files_outstanding if self.last else 0)
-        group.gauge("numBytesOutstanding", lambda: self.last.backlog.bytes_outstanding if self.last else 0)
-        group.gauge("lastPollRows", lambda: self.last.rows if self.last else 0)
-        group.gauge("processedRowsPerSecond", lambda: int(self.last.rows_per_second) if self.last else 0)
+        self._last_started = None
+        for name, read in SOURCE_GAUGES.items():
+            group.gauge(name, self._gauge(read))
         group.gauge("sourceLagMs", lambda: self._lag_ms)
         group.gauge("lastCompleteVersion", lambda: self.last.end.last_complete_version if self.last else -1)
+
+    def _gauge(self, read: Callable[[PollReport], float]) -> Callable[[], int]:
+        return lambda: int(round(read(self.last))) if self.last is not None else 0
 
     def close(self) -> None:
         """Write the reader's last observed position (a bounded run ends between two records)."""
@@ -121,7 +135,8 @@ class DeltaSourceFunction(KeyedProcessFunction):  # type: ignore[misc]
             # poll found nothing: the next run must not resolve it again later.
             if self.emit_progress and (plan.end != offset or stored is None):
                 yield Progress(plan.end.progress())
-        report = self.reader.report(plan, rows=rows, started=started)
+                report = self.reader.report(plan, rows=rows, started=started, previous_started=self._last_started)
+        self._last_started = started
         self._record(report)
 
     def _record(self, report: PollReport) -> None:

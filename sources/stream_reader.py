@@ -17,6 +17,7 @@ from sources.delta_log import DeltaLog
 from sources.offsets import SourceOffset
 from sources.options import DeltaSourceOptions
 from sources.planner import Backlog, BatchPlan, BatchPlanner
+from sources.progress import TriggerProgress, trigger_progress
 from sources.reader import PlanReader, output_schema
 
 
@@ -47,11 +48,13 @@ class PollReport:
     duration_s: float
     #: Emit time minus commit time of the newest version emitted by this poll (None: nothing emitted).
     lag_ms: int | None
+    #: Spark's numInputRows / inputRowsPerSecond / processedRowsPerSecond of this poll.
+    progress: TriggerProgress
 
     @property
     def rows_per_second(self) -> float:
         """Spark's processedRowsPerSecond for this poll."""
-        return self.rows / self.duration_s if self.duration_s > 0 else float(self.rows)
+        return self.progress.processed_rows_per_second
 
 
 class DeltaStreamReader:
@@ -90,8 +93,20 @@ class DeltaStreamReader:
         """Output tables of ``plan``, in emission order."""
         return self.reader.read(plan)
 
-    def report(self, plan: BatchPlan, *, rows: int, started: float, now: float | None = None) -> PollReport:
-        """Summarise a poll whose rows were all emitted; ``started``/``now`` are ``time.time()`` values."""
+    def report(
+        self,
+        plan: BatchPlan,
+        *,
+        rows: int,
+        started: float,
+        now: float | None = None,
+        previous_started: float | None = None,
+    ) -> PollReport:
+        """Summarise a poll whose rows were all emitted; ``started``/``now`` are ``time.time()`` values.
+
+        ``previous_started`` is when the poll before this one started (None for a stream's first poll
+        in this task attempt), for the input rate.
+        """
         now = time.time() if now is None else now
         newest_ts = max(
             [f.commit_timestamp_ms for f in plan.files] + [v.commit_timestamp_ms for v in plan.cdf_versions],
@@ -109,4 +124,7 @@ class DeltaStreamReader:
             backlog=self.planner.backlog(plan.end, latest_version=plan.latest_version),
             duration_s=max(now - started, 0.0),
             lag_ms=int(now * 1000 - newest_ts) if newest_ts is not None and rows else None,
+            progress=trigger_progress(
+                rows, started_s=started, ended_s=now, previous_started_s=previous_started
+            ),
         )

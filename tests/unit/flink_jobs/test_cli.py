@@ -126,6 +126,11 @@ def test_broker_resolution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
 
 
 class FakeEnv:
+    # What the slot check reads of a local environment: nothing to check before execute.
+    _j_stream_execution_environment = SimpleNamespace(
+        getConfiguration=lambda: SimpleNamespace(toMap=lambda: {"execution.target": "local"})
+    )
+
     def __init__(self) -> None:
         self.executed: list[str] = []
 

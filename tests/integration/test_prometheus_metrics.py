@@ -1,0 +1,109 @@
+"""Flink's Prometheus reporter on a local MiniCluster: a real changefeed job (Delta source -> Delta sink)
+runs with ``flink.prometheus_port`` set and ``GET /metrics`` serves lakestream's source and sink metrics."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from devtools.processes import free_port, kill_group
+from tests.support.prometheus import Scraper
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+OPERATOR = "flink_taskmanager_job_task_operator_"
+SPARK_SOURCE_METRICS = (
+    "numInputRows",
+    "inputRowsPerSecond",
+    "processedRowsPerSecond",
+    "numBytesOutstanding",
+    "numFilesOutstanding",
+)
+
+
+def append_version(uri: Path, v: int, rows: int) -> None:
+    ids = pa.array(range(v * rows, (v + 1) * rows), pa.int64())
+    write_deltalake(
+        str(uri),
+        pa.table({"id": ids, "v": [f"r{i}" for i in ids.to_pylist()]}),
+        mode="append",
+        configuration={"delta.enableChangeDataFeed": "true"} if v == 0 else None,
+    )
+
+
+def wait_for(
+    predicate: Callable[[], bool], *, proc: subprocess.Popen[bytes], log: Path, timeout: float
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert proc.poll() is None, f"job ended early:\n{log.read_text()[-4000:]}"
+        assert time.monotonic() < deadline, f"not seen in {timeout:.0f} s:\n{log.read_text()[-4000:]}"
+        time.sleep(0.2)
+
+
+def test_a_running_job_serves_lakestream_metrics_on_the_prometheus_port(
+    tmp_path: Path, lakehouse: Path
+) -> None:
+    src = lakehouse / "silver" / "orders"
+    src.parent.mkdir(parents=True)
+    rows, burst = 50, 6
+    append_version(src, 0, rows)
+    port = free_port()
+    env = {
+        **os.environ,
+        "LAKESTREAM__LAKEHOUSE__ROOT": str(lakehouse),
+        "LAKESTREAM__FLINK__CHECKPOINT_DIR": str(tmp_path / "ckpt"),
+        "LAKESTREAM__FLINK__CHECKPOINT_INTERVAL": '"500ms"',
+        "LAKESTREAM__FLINK__PARALLELISM": "1",
+        "LAKESTREAM__FLINK__PROMETHEUS_PORT": str(port),
+    }
+    cmd = [sys.executable, "-m", "flink_jobs", "changefeed", "--table", "silver/orders"]
+    cmd += ["--to", "delta:audit/orders", "--from-version", "0", "--max-files-per-trigger", "1"]
+    cmd += ["--poll-interval", "400ms", "--polls", "120"]
+    log = tmp_path / "job.log"
+    source = {"delta_source": "changefeed_source_silver_orders"}
+    polls = f"{OPERATOR}delta_source_polls"
+    with log.open("wb") as out, Scraper(f"http://127.0.0.1:{port}/metrics", interval=0.2) as scraper:
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            # The Python worker reports its metrics once it runs; versions committed from then on are
+            # read one per poll (max_files_per_trigger = 1), so each poll's progress is visible.
+            wait_for(lambda: bool(scraper.values(polls, **source)), proc=proc, log=log, timeout=120)
+            for v in range(1, burst + 1):
+                append_version(src, v, rows)
+            proc.wait(timeout=180)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"job timed out:\n{log.read_text()[-4000:]}") from None
+        finally:
+            kill_group(proc)
+        time.sleep(0.5)
+    assert proc.returncode == 0, log.read_text()[-6000:]
+    total = rows * (burst + 1)
+    assert DeltaTable(str(lakehouse / "audit" / "orders")).to_pyarrow_dataset().count_rows() == total
+
+    # Source: Spark's per-trigger progress and Delta's backlog, labelled with the source's uid.
+    for name in SPARK_SOURCE_METRICS:
+        assert scraper.values(f"{OPERATOR}delta_source_{name}", **source), f"no {name} scraped"
+    assert max(scraper.values(f"{OPERATOR}delta_source_numInputRows", **source)) == rows
+    assert max(scraper.values(f"{OPERATOR}delta_source_numFilesOutstanding", **source)) > 0
+    assert max(scraper.values(f"{OPERATOR}delta_source_numBytesOutstanding", **source)) > 0
+    assert max(scraper.values(f"{OPERATOR}delta_source_inputRowsPerSecond", **source)) > 0
+    assert max(scraper.values(f"{OPERATOR}delta_source_processedRowsPerSecond", **source)) > 0
+    assert max(scraper.values(f"{OPERATOR}delta_source_rowsEmitted", **source)) == total
+
+    # Sink: the commit gauges of the audit table (group delta_table.<app prefix>).
+    sink = {"delta_table": "changefeed_silver_orders"}
+    assert max(scraper.values(f"{OPERATOR}delta_table_rowsCommitted", **sink)) == total
+    assert max(scraper.values(f"{OPERATOR}delta_table_commits", **sink)) >= 2
+    for gauge in ("filesCommitted", "bytesCommitted", "lastCommitLatencyMs", "stagedRowsUncommitted"):
+        assert scraper.values(f"{OPERATOR}delta_table_{gauge}", **sink), f"no {gauge} scraped"
