@@ -310,8 +310,9 @@ def _finish(cfg: Config, snap: Any, report: Path, started: float) -> None:
     except (OSError, ValueError) as exc:
         error = f"{type(exc).__name__}: {exc}"
     console = Console(highlight=False)
-    if not console.is_terminal:  # a log: no terminal width to fit, keep paths and commands whole
-        console = Console(highlight=False, width=120)
+    if not console.is_terminal:  # a log: no terminal width to fit, keep the paths whole
+        longest = max((len(str((root / t.name).absolute())) for t in snap.tables), default=0)
+        console = Console(highlight=False, width=max(120, longest + 60))
     for part in render_summary(
         snap,
         root=root,
@@ -319,7 +320,8 @@ def _finish(cfg: Config, snap: Any, report: Path, started: float) -> None:
         report_error=error,
         elapsed_s=time.monotonic() - started,
     ):
-        console.print(part, soft_wrap=not hasattr(part, "columns"))
+        # Commands stay on one line (to copy them whole); prose and the table fit the width.
+        console.print(part, soft_wrap=str(part).startswith("  "))
 
 
 def register(subparsers: SubParsers) -> argparse.ArgumentParser:

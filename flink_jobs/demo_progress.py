@@ -146,17 +146,24 @@ def render(s: Snapshot, *, now_ms: int | None = None) -> Any:
         ("lakestream demo", "bold"), f"  {s.elapsed_s:4.0f}s  ", (s.phase, "cyan"), style="white"
     )
     bars = Table.grid(padding=(0, 1))
-    bars.add_column(min_width=22)
+    bars.add_column(min_width=20)
     bars.add_column(width=34)
     bars.add_column()
     produced, planned = sum(s.produced.values()), sum(s.planned.values())
-    per_source = "  ".join(f"{k} {s.produced.get(k, 0)}/{v}" for k, v in sorted(s.planned.items()))
-    bars.add_row("produced to Kafka", ProgressBar(total=max(planned, 1), completed=produced), per_source)
+    bars.add_row(
+        "produced to Kafka",
+        ProgressBar(total=max(planned, 1), completed=produced),
+        f"{produced}/{planned} events",
+    )
     bronze = s.rows(BRONZE_TABLE)
     bars.add_row(
         "committed to bronze",
         ProgressBar(total=max(s.expected_bronze, 1), completed=min(bronze, s.expected_bronze)),
         f"{bronze}/{s.expected_bronze} events",
+    )
+    per_source = Text(
+        "per source: " + "   ".join(f"{k} {s.produced.get(k, 0)}/{v}" for k, v in sorted(s.planned.items())),
+        style="dim",
     )
     tables = Table(box=None, pad_edge=False, header_style="bold")
     for col, justify in (("table", "left"), ("rows", "right"), ("version", "right")):
@@ -178,7 +185,7 @@ def render(s: Snapshot, *, now_ms: int | None = None) -> Any:
         f"silver changes {s.counters.get('silver_changes', 0)}   checkpoints {s.checkpoints}"
         + (" + end of input" if s.end_of_input else "")
     )
-    return Group(head, bars, Text(""), tables, Text(""), counts)
+    return Group(head, bars, per_source, Text(""), tables, Text(""), counts)
 
 
 def choose_mode(mode: ProgressMode, stream: IO[str]) -> Literal["live", "plain"]:

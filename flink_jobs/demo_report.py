@@ -87,6 +87,17 @@ def quantiles(values: Sequence[float], qs: Sequence[float] = (0.0, 0.5, 0.99, 1.
     return [ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))] for q in qs]
 
 
+def human_duration(seconds: float) -> str:
+    """A duration for people: ``42 s``, ``5 min``, ``2.5 h``, ``913.4 days``."""
+    if seconds < 120:
+        return f"{seconds:g} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.3g} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.3g} h"
+    return f"{seconds / 86400:,.1f} days"
+
+
 def _iso(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds")
 
@@ -191,8 +202,8 @@ def lateness_data(root: Path, max_out_of_orderness: timedelta) -> dict[str, Any]
     times = [_ms(bronze["event_time"][i]) for i in valid]
     delays = arrival_delays(parts, offsets, times)
     is_late = [(p[0], p[1], o) in late_keys for p, o in zip(parts, offsets, strict=True)]
-    ages_h = [
-        (_ms(bronze["ingest_time"][i]) - _ms(bronze["event_time"][i])) / 3_600_000
+    ages_s = [
+        (_ms(bronze["ingest_time"][i]) - _ms(bronze["event_time"][i])) / 1000
         for i in range(len(bronze["quality"]))
     ]
     return {
@@ -202,7 +213,7 @@ def lateness_data(root: Path, max_out_of_orderness: timedelta) -> dict[str, Any]
         "late_share": (sum(is_late) / len(valid)) if valid else 0.0,
         "max_out_of_orderness_s": max_out_of_orderness.total_seconds(),
         "histogram": delay_histogram(delays, is_late),
-        "ingest_age_hours": dict(zip(("min", "median", "p99", "max"), quantiles(ages_h), strict=False)),
+        "ingest_age_s": dict(zip(("min", "median", "p99", "max"), quantiles(ages_s), strict=False)),
     }
 
 
@@ -248,14 +259,24 @@ def _lateness_figure(data: Mapping[str, Any]) -> Any:
         ]
     )
     limit = data["max_out_of_orderness_s"]
+    # The bins on either side of the limit: categories sit at 0, 1, ..., so the edge is between two.
+    edge = next((i for i, (upper, _) in enumerate(DELAY_BINS) if upper >= limit), len(DELAY_BINS) - 1)
+    fig.add_vline(
+        x=edge + 0.5,
+        line_dash="dash",
+        line_color="#888",
+        annotation_text=f"max_out_of_orderness {human_duration(limit)}",
+        annotation_position="top right",
+    )
     fig.update_layout(
         barmode="stack",
+        yaxis_type="log",
         title=(
             f"How far behind its partition's newest event each VALID event arrived "
             f"(late beyond max_out_of_orderness = {limit:g} s)"
         ),
         xaxis_title="event time behind the partition's newest earlier event",
-        yaxis_title="events",
+        yaxis_title="events (log scale)",
         template="plotly_white",
         legend={"orientation": "h", "y": -0.25},
     )
@@ -264,6 +285,7 @@ def _lateness_figure(data: Mapping[str, Any]) -> Any:
 
 def _commits_figure(points: Mapping[str, list[dict[str, Any]]]) -> Any:
     import plotly.graph_objects as go
+    from plotly.colors import qualitative
     from plotly.subplots import make_subplots
 
     fig = make_subplots(
@@ -276,9 +298,10 @@ def _commits_figure(points: Mapping[str, list[dict[str, Any]]]) -> Any:
             "commit latency (oldest row's wait until visible)",
         ),
     )
-    for name, pts in points.items():
+    for index, (name, pts) in enumerate(points.items()):
         if not pts:
             continue
+        color = qualitative.Plotly[index % len(qualitative.Plotly)]
         text = [f"checkpoint {p['checkpoint']}, versions {p['versions']}" for p in pts]
         fig.add_trace(
             go.Scatter(
@@ -288,6 +311,7 @@ def _commits_figure(points: Mapping[str, list[dict[str, Any]]]) -> Any:
                 y=[p["rows"] for p in pts],
                 text=text,
                 mode="lines+markers",
+                line={"color": color},
             ),
             row=1,
             col=1,
@@ -303,6 +327,7 @@ def _commits_figure(points: Mapping[str, list[dict[str, Any]]]) -> Any:
                     x=[p["time"] for p in lat],
                     y=[p["latency_ms"] / 1000 for p in lat],
                     mode="lines+markers",
+                    line={"color": color},
                 ),
                 row=2,
                 col=1,
@@ -315,7 +340,7 @@ def _commits_figure(points: Mapping[str, list[dict[str, Any]]]) -> Any:
                     x=[p["time"] for p in merges],
                     y=[p["merge_ms"] / 1000 for p in merges],
                     mode="lines+markers",
-                    line={"dash": "dot"},
+                    line={"dash": "dot", "color": color},
                 ),
                 row=2,
                 col=1,
@@ -416,10 +441,10 @@ def build_report(
         f"<td><code>{html.escape(i.path)}</code></td></tr>"
         for i in infos
     )
-    age = lateness["ingest_age_hours"]
+    age = {k: human_duration(v) for k, v in lateness["ingest_age_s"].items()}
     age_text = (
         f"ingest_time − event_time over all {lateness['bronze_rows']:,} bronze rows: "
-        f"median {age['median']:,.2f} h (min {age['min']:,.2f} h, max {age['max']:,.2f} h)."
+        f"median {age['median']} (min {age['min']}, max {age['max']})."
         if age
         else "no bronze rows."
     )
