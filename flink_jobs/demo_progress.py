@@ -23,6 +23,11 @@ from flink_jobs.ingest import BRONZE_TABLE, LATE_TABLE, QUARANTINE_TABLE, REVIEW
 
 ProgressMode = Literal["auto", "live", "plain"]
 
+#: What a phase waits for, shown next to it in the live view.
+STARTING_HINTS = {
+    "starting the job": "JVM, job deployment, Python workers; the paced events follow once its tables exist",
+}
+
 
 @dataclass(frozen=True, slots=True)
 class TableState:
@@ -142,9 +147,13 @@ def render(s: Snapshot, *, now_ms: int | None = None) -> Any:
     from rich.text import Text
 
     now = now_ms if now_ms is not None else int(time.time() * 1000)
-    head = Text.assemble(
-        ("lakestream demo", "bold"), f"  {s.elapsed_s:4.0f}s  ", (s.phase, "cyan"), style="white"
-    )
+    head: Any = Text.assemble(("lakestream demo", "bold"), f"  {s.elapsed_s:4.0f}s  ", (s.phase, "cyan"))
+    if s.phase in STARTING_HINTS:
+        head.append(f"  ({STARTING_HINTS[s.phase]})", style="dim")
+    if s.phase != "done":
+        from rich.spinner import Spinner
+
+        head = Spinner("dots", text=head, style="cyan")
     bars = Table.grid(padding=(0, 1))
     bars.add_column(min_width=20)
     bars.add_column(width=34)

@@ -239,3 +239,31 @@ def test_ctrl_c_mid_run_leaves_no_process_and_exits_130(tmp_path: Path, mark: st
     assert "Traceback" not in err
     assert pids_with_env(MARK, mark) == [], "processes of the demo are still running"
     assert "Done in" not in out and not (tmp_path / "lake" / "demo" / "report.html").exists()
+
+
+def test_a_failing_job_ends_the_demo_with_its_cause_and_no_process_left(tmp_path: Path, mark: str) -> None:
+    # Valid for the configuration as a whole; the job refuses it when it builds its sinks.
+    env = {**_env(tmp_path, mark), "LAKESTREAM__TABLES__BRONZE_PARTITION_BY": '["no_such_column"]'}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "flink_jobs",
+            "demo",
+            "--lakehouse",
+            str(tmp_path / "lake"),
+            "--events",
+            "300",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        start_new_session=True,
+    )
+    assert proc.returncode == 1, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert "lakestream demo: job failed: the ingest job exited with code 2" in proc.stderr
+    assert "tables.bronze_partition_by: no_such_column not a column of bronze/order_events" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert pids_with_env(MARK, mark) == []
