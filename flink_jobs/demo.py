@@ -24,11 +24,10 @@ from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from devtools.sample_events import SampleSettings, generate
 from flink_jobs.cli_common import JobFailedError, SubParsers, add_command, load
-from flink_jobs.demo_progress import LiveView, ProgressMode, Watcher
+from flink_jobs.demo_progress import LiveView, ProgressMode, Snapshot, Watcher
 from flink_jobs.job_process import JobProcess
 from lakestream import paths
 from lakestream.config import Config, ConfigError, parse_duration
@@ -203,7 +202,7 @@ def _run(
     upfront: float,
     config_path: Path | None,
     started: float,
-) -> Any:
+) -> Snapshot:
     """Broker, feed and job; polls the tables until the job ends. Started jobs are added to ``jobs``."""
     from devtools.kafka_broker import create_topic
     from flink_jobs import demo_feed
@@ -249,7 +248,7 @@ def _run(
             f"{produce_seconds:g}s once the job runs; ingest job bounded on {where}"
         )
 
-        def snapshot(phase: str) -> Any:
+        def snapshot(phase: str) -> Snapshot:
             return watcher.snapshot(
                 elapsed_s=time.monotonic() - started,
                 phase=phase,
@@ -278,7 +277,7 @@ def _run(
             time.sleep(POLL_S)
         if code != 0:
             raise JobFailedError(
-                f"the ingest job exited with code {code}; the last lines of {log}:\n{job.log_tail()}"
+                f"the ingest job exited with code {code}; from its output ({log}):\n{job.failure()}"
             )
         snap = snapshot("done")
         view.show(snap)
@@ -296,7 +295,7 @@ def _stop_job(job: JobProcess, cfg: Config, view: LiveView) -> None:
         view.note(f"lakestream demo: processes of the job still running after SIGKILL: {left}")
 
 
-def _finish(cfg: Config, snap: Any, report: Path, started: float) -> None:
+def _finish(cfg: Config, snap: Snapshot, report: Path, started: float) -> None:
     """Write the report and print the end summary."""
     from rich.console import Console
 

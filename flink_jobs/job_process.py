@@ -90,13 +90,36 @@ class JobProcess:
 
     def log_tail(self, lines: int = 25) -> str:
         """The last ``lines`` lines of the child's output."""
+        return "\n".join(self._log_end().rstrip().splitlines()[-lines:])
+
+    def failure(self) -> str:
+        """The lines of the child's output that name why it failed (:func:`failure_summary`)."""
+        return failure_summary(self._log_end())
+
+    def _log_end(self) -> str:
         try:
             with self.log_file.open("rb") as fh:
-                fh.seek(max(0, self.log_file.stat().st_size - 64 * 1024))
-                text = fh.read().decode(errors="replace")
+                fh.seek(max(0, self.log_file.stat().st_size - 256 * 1024))
+                return fh.read().decode(errors="replace")
         except FileNotFoundError:
             return "(no output)"
-        return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def failure_summary(output: str, *, lines: int = 25, causes: int = 3) -> str:
+    """The part of a failed job's output that names the cause.
+
+    A Flink failure ends in Java stack frames (``at ...``, ``... 12 more``), and its root cause is in the
+    ``Caused by:`` lines before them: those (the last ``causes`` of them) when there are any, with the
+    last line that is not a stack frame; else the last ``lines`` lines.
+    """
+    text = output.rstrip().splitlines()
+    found = [ln.strip() for ln in text if ln.lstrip().startswith("Caused by:")]
+    if not found:
+        return "\n".join(text[-lines:])
+    picked = list(dict.fromkeys(found))[-causes:]
+    frames = ("at ", "... ", "Caused by:")
+    last = next((ln.strip() for ln in reversed(text) if ln.strip() and not ln.strip().startswith(frames)), "")
+    return "\n".join([*picked, last] if last and last not in picked else picked)
 
 
 def _group_members(pgid: int) -> set[int]:
