@@ -163,7 +163,7 @@ def run_demo(
     cfg: Config,
     *,
     events: int,
-    produce_seconds: float = 15.0,
+    produce_seconds: float = 10.0,
     upfront: float = 0.25,
     checkpoint_interval: timedelta = timedelta(seconds=2),
     progress: ProgressMode = "auto",
@@ -336,7 +336,7 @@ def register(subparsers: SubParsers) -> argparse.ArgumentParser:
     p.add_argument(
         "--produce-seconds",
         type=float,
-        default=15.0,
+        default=10.0,
         help="send the sample's paced part over this many seconds once the job runs (0: all at once)",
     )
     p.add_argument(

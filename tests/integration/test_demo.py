@@ -113,7 +113,7 @@ def test_demo_shows_progress_and_ends_with_exact_tables_a_summary_and_a_report(
     tmp_path: Path, mark: str
 ) -> None:
     started = time.monotonic()
-    proc = _start(tmp_path, mark, "--events", str(EVENTS))
+    proc = _start(tmp_path, mark, "--events", str(EVENTS), "--produce-seconds", "15")
     try:
         out, err = proc.communicate(timeout=420)
     finally:
