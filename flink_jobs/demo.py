@@ -48,22 +48,51 @@ class DemoInterrupted(Exception):
         self.signum = signum
 
 
-@contextlib.contextmanager
-def _signals_interrupt() -> Iterator[None]:
-    """Turn the first SIGINT/SIGTERM into :class:`DemoInterrupted`; ignore further ones meanwhile.
+class Interrupts:
+    """Turns the first SIGINT/SIGTERM into :class:`DemoInterrupted`; ignores further ones meanwhile.
 
-    So a second Ctrl-C cannot cut the clean-up of the first short and leave a JVM behind.
+    So a second Ctrl-C cannot cut the clean-up of the first short and leave a JVM behind. Inside
+    :meth:`held` (a redraw of the live view) the interruption waits until the block is done, so the
+    terminal is never left with a half-drawn frame.
     """
-    fired: list[int] = []
 
-    def handler(signum: int, frame: FrameType | None) -> None:
-        if not fired:
-            fired.append(signum)
-            raise DemoInterrupted(signum)
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._holding = 0
+        self._raised = False
 
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    def handler(self, signum: int, frame: FrameType | None) -> None:
+        """The signal handler."""
+        if self.signum is not None:
+            return
+        self.signum = signum
+        if not self._holding:
+            self._raise()
+
+    def _raise(self) -> None:
+        assert self.signum is not None
+        self._raised = True
+        raise DemoInterrupted(self.signum)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Run the block whole; an interruption that came meanwhile is raised at its end."""
+        self._holding += 1
+        try:
+            yield
+        finally:
+            self._holding -= 1
+        if not self._holding and self.signum is not None and not self._raised:
+            self._raise()
+
+
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[Interrupts]:
+    """Install :class:`Interrupts` for SIGINT and SIGTERM for the block; the previous handlers after."""
+    interrupts = Interrupts()
+    previous = {s: signal.signal(s, interrupts.handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
+        yield interrupts
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
@@ -174,18 +203,20 @@ def run_demo(
     view = LiveView(progress)
     jobs: list[JobProcess] = []
     try:
-        with _signals_interrupt():
+        with _signals_interrupt() as interrupts:
             paths.require_jvm_build()
             cfg, report = _prepare(cfg.replace("flink", checkpoint_interval=checkpoint_interval))
             with view:
-                snap = _run(cfg, view, jobs, events, produce_seconds, upfront, config_path, started)
+                snap = _run(
+                    cfg, view, interrupts, jobs, events, produce_seconds, upfront, config_path, started
+                )
             _finish(cfg, snap, report, started)
     except DemoInterrupted as exc:
         view.close()
         left = [pid for job in jobs for pid in job.leftovers()]
         where = f"; still running: pids {left}" if left else ", no process left behind"
         print(
-            f"lakestream demo: interrupted ({exc}); stopped the job, the producer and the broker{where}",
+            f"lakestream demo: interrupted ({exc}); job, producer and broker stopped{where}",
             file=sys.stderr,
             flush=True,
         )
@@ -196,6 +227,7 @@ def run_demo(
 def _run(
     cfg: Config,
     view: LiveView,
+    interrupts: Interrupts,
     jobs: list[JobProcess],
     events: int,
     produce_seconds: float,
@@ -273,14 +305,17 @@ def _run(
                 phase = "producing"
             else:
                 phase = "finishing"
-            view.show(snapshot(phase))
+            current = snapshot(phase)
+            with interrupts.held():
+                view.show(current)
             time.sleep(POLL_S)
         if code != 0:
             raise JobFailedError(
                 f"the ingest job exited with code {code}; from its output ({log}):\n{job.failure()}"
             )
         snap = snapshot("done")
-        view.show(snap)
+        with interrupts.held():
+            view.show(snap)
         return snap
     raise AssertionError("unreachable")
 

@@ -35,3 +35,16 @@ def test_the_first_signal_interrupts_and_later_ones_are_ignored(sig: signal.Sign
     assert caught.value.signum == sig and 128 + caught.value.signum in (130, 143)
     assert cleaned
     assert signal.getsignal(sig) is before
+
+
+def test_an_interruption_waits_for_a_held_block_to_finish() -> None:
+    finished = False
+    with pytest.raises(DemoInterrupted) as caught:
+        with _signals_interrupt() as interrupts:
+            with interrupts.held():
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.1)  # the handler has run: the signal is recorded, not raised
+                assert interrupts.signum == signal.SIGINT
+                finished = True
+            raise AssertionError("the interruption was not raised after the held block")
+    assert finished and caught.value.signum == signal.SIGINT
