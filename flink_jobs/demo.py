@@ -238,7 +238,6 @@ def _run(
     """Broker, feed and job; polls the tables until the job ends. Started jobs are added to ``jobs``."""
     from devtools.kafka_broker import create_topic
     from flink_jobs import demo_feed
-    from flink_jobs.demo_job import write_offsets
     from flink_jobs.kafka_input import commit_group_offsets, snapshot_end_offsets
 
     sample = generate(SampleSettings(orders=max(1, events // 6), source_zone=cfg.event_time.source_zone))
@@ -257,7 +256,7 @@ def _run(
         end = demo_feed.end_offsets(start, records)
         commit_group_offsets(bootstrap, cfg.kafka.group_id, start)
         offsets_file = paths.STATE_DIR / "demo" / "end-offsets.json"
-        write_offsets(offsets_file, end)
+        demo_feed.write_offsets(offsets_file, end)
 
         feed = demo_feed.Feed(bootstrap, records, upfront=upfront, seconds=produce_seconds).start()
         stack.callback(feed.stop)

@@ -11,10 +11,12 @@ on the partitions' contents (DESIGN.md section 2), are the same in every run.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from devtools.sample_events import SourceEvent
@@ -57,6 +59,17 @@ def end_offsets(start: EndOffsets, records: Sequence[Planned]) -> EndOffsets:
     for r in records:
         ends[(r.topic, r.partition)] = ends.get((r.topic, r.partition), 0) + 1
     return ends
+
+
+def write_offsets(path: Path, offsets: EndOffsets) -> None:
+    """Store end offsets as JSON (``[[topic, partition, offset], ...]``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps([[t, p, o] for (t, p), o in sorted(offsets.items())]) + "\n")
+
+
+def read_offsets(path: Path) -> EndOffsets:
+    """End offsets written by :func:`write_offsets`."""
+    return {(str(t), int(p)): int(o) for t, p, o in json.loads(path.read_text())}
 
 
 def due(elapsed_s: float, total: int, seconds: float) -> int:

@@ -12,31 +12,18 @@ events are still arriving and still ends by itself with exactly the demo's recor
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from flink_jobs.kafka_input import EndOffsets
-
 JOB_NAME = "lakestream-demo-ingest"
-
-
-def write_offsets(path: Path, offsets: EndOffsets) -> None:
-    """Store end offsets as JSON (``[[topic, partition, offset], ...]``)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps([[t, p, o] for (t, p), o in sorted(offsets.items())]) + "\n")
-
-
-def read_offsets(path: Path) -> EndOffsets:
-    """End offsets written by :func:`write_offsets`."""
-    return {(str(t), int(p)): int(o) for t, p, o in json.loads(path.read_text())}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the bounded ingest job up to the planned end offsets; exit codes as the ``lakestream`` CLI's."""
     from flink_jobs.cli import failure
     from flink_jobs.cli_common import add_flags
+    from flink_jobs.demo_feed import read_offsets
     from flink_jobs.ingest import build_ingest_job
     from lakestream.config import load_config
 

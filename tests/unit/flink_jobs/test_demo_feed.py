@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from devtools.sample_events import SampleSettings, generate
@@ -64,3 +66,11 @@ def test_due_spreads_records_evenly(elapsed: float, total: int, seconds: float, 
 def test_due_never_decreases() -> None:
     counts = [due(t / 10, 37, 5.0) for t in range(0, 60)]
     assert counts == sorted(counts) and counts[-1] == 37
+
+
+def test_offsets_round_trip_through_their_file(tmp_path: Path) -> None:
+    from flink_jobs.demo_feed import read_offsets, write_offsets
+
+    offsets = {("b", 1): 7, ("a", 0): 0, ("a", 1): 12}
+    write_offsets(tmp_path / "x" / "end.json", offsets)
+    assert read_offsets(tmp_path / "x" / "end.json") == offsets
