@@ -1,0 +1,117 @@
+"""Reading commits from ``_delta_log``: parsing one commit, and following a real table version by version."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+
+from flink_jobs.delta_commits import (
+    END_OF_INPUT,
+    DeltaLogError,
+    TableLog,
+    checkpoints_committed,
+    counter_totals,
+    parse_commit,
+)
+
+
+def _lines(*actions: dict[str, object]) -> list[str]:
+    return [json.dumps(a) for a in actions]
+
+
+def test_parse_commit_reads_rows_files_txn_counters_and_ingest_range() -> None:
+    stats = {
+        "numRecords": 3,
+        "minValues": {"ingest_time": "2026-12-01T13:25:40.921Z"},
+        "maxValues": {"ingest_time": "2026-12-01T13:25:41.000Z"},
+    }
+    commit = parse_commit(
+        4,
+        _lines(
+            {
+                "commitInfo": {
+                    "timestamp": 1_796_131_541_483,
+                    "operation": "WRITE",
+                    "lakestream.counters": {"events_late": 2, "events_duplicate": 5},
+                    "operationMetrics": {"execution_time_ms": 12},
+                }
+            },
+            {"add": {"path": "a.parquet", "size": 1, "stats": json.dumps(stats)}},
+            {"add": {"path": "b.parquet", "size": 1, "stats": json.dumps({"numRecords": 4})}},
+            {"remove": {"path": "old.parquet"}},
+            {"txn": {"appId": "app:run:0", "version": 7}},
+            {"txn": {"appId": "app:run:1", "version": 6}},
+        )
+        + [""],
+    )
+    assert commit.version == 4
+    assert commit.timestamp_ms == 1_796_131_541_483
+    assert commit.operation == "WRITE"
+    assert (commit.rows_added, commit.files_added, commit.files_removed) == (7, 2, 1)
+    assert commit.removed == ("old.parquet",)
+    assert commit.txn == {"app:run:0": 7, "app:run:1": 6}
+    assert commit.checkpoint == 7 and commit.is_checkpoint
+    assert commit.counters == {"events_late": 2, "events_duplicate": 5}
+    assert commit.metrics == {"execution_time_ms": 12}
+    assert commit.ingest_min_ms == 1_796_131_540_921
+    assert commit.ingest_max_ms == 1_796_131_541_000
+
+
+def test_an_add_without_stats_has_unknown_rows() -> None:
+    commit = parse_commit(0, _lines({"add": {"path": "x.parquet", "size": 1}}))
+    assert commit.added == {"x.parquet": None}
+    assert commit.rows_added == 0
+    assert not commit.is_checkpoint and commit.checkpoint is None
+
+
+def test_totals_over_commits() -> None:
+    late_1 = {"lakestream.counters": {"events_late": 1}}
+    late_2 = {"lakestream.counters": {"events_late": 2, "silver_changes": 4}}
+    a = parse_commit(1, _lines({"commitInfo": late_1}, {"txn": {"appId": "x", "version": 3}}))
+    b = parse_commit(2, _lines({"commitInfo": late_2}, {"txn": {"appId": "x", "version": END_OF_INPUT}}))
+    assert counter_totals([a, b]) == {"events_late": 3, "silver_changes": 4}
+    assert checkpoints_committed([a, b]) == {3, END_OF_INPUT}
+
+
+def _ints(n: int, start: int = 0) -> pa.Table:
+    return pa.table({"n": pa.array(range(start, start + n), pa.int64())})
+
+
+def test_table_log_follows_a_real_table_incrementally(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    log = TableLog(tmp_path / "t")
+    assert not log.exists and log.version is None and log.poll() == []
+
+    write_deltalake(uri, _ints(3))
+    write_deltalake(
+        uri,
+        _ints(4, 3),
+        mode="append",
+        commit_properties=CommitProperties(
+            app_transactions=[Transaction("app:run:0", 1)],
+            custom_metadata={"lakestream.counters": {"events_late": 2}},
+        ),
+    )
+    new = log.poll()
+    assert [c.version for c in new] == [0, 1]
+    assert log.exists and log.version == 1 and log.rows == 7 and log.live_files == 2
+    assert new[1].txn == {"app:run:0": 1} and new[1].counters == {"events_late": 2}
+    assert log.poll() == []  # nothing new
+
+    # An overwrite removes the old files: the live row count follows the removes.
+    write_deltalake(uri, _ints(2, 100), mode="overwrite")
+    assert [c.version for c in log.poll()] == [2]
+    assert log.rows == 2 == DeltaTable(uri).to_pyarrow_table().num_rows
+    assert log.live_files == 1
+
+
+def test_a_broken_commit_file_names_itself(tmp_path: Path) -> None:
+    (tmp_path / "t" / "_delta_log").mkdir(parents=True)
+    bad = tmp_path / "t" / "_delta_log" / f"{0:020d}.json"
+    bad.write_text("{not json\n")
+    with pytest.raises(DeltaLogError, match="00000000000000000000.json"):
+        TableLog(tmp_path / "t").poll()
