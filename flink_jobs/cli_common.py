@@ -155,8 +155,8 @@ def run_kafka_job(cfg: Config, args: argparse.Namespace, job: KafkaJob) -> int:
     from flink_jobs import resume
     from flink_jobs.kafka_input import commit_group_offsets, snapshot_end_offsets
     from flink_jobs.tables import print_tables
-    from lakestream.flink_runtime import check_runtime
     from lakestream.cluster_slots import execute_job
+    from lakestream.flink_runtime import check_runtime
 
     check_runtime(cfg.flink)
     bootstrap = broker(cfg)

@@ -63,7 +63,7 @@ def parse_port_range(value: object, *, key: str) -> PortRange:
         if 1 <= low <= high <= 65535:
             return PortRange(text or "")
     raise ConfigError(
-        f"{key}: expected a port (9249) or a port range (\"9249-9259\") between 1 and 65535, "
+        f'{key}: expected a port (9249) or a port range ("9249-9259") between 1 and 65535, '
         f'or "" for off, got {value!r}'
     )
 

@@ -87,7 +87,7 @@ def prometheus_reporter_jar() -> Path:
     if not jars:
         raise FlinkRuntimeError(
             f"flink.prometheus_port is set but {folder} has no flink-metrics-prometheus jar; reinstall "
-            "apache-flink (`make venv`) or set flink.prometheus_port = \"\""
+            'apache-flink (`make venv`) or set flink.prometheus_port = ""'
         )
     return jars[-1]
 

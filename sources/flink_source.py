@@ -135,7 +135,7 @@ class DeltaSourceFunction(KeyedProcessFunction):  # type: ignore[misc]
             # poll found nothing: the next run must not resolve it again later.
             if self.emit_progress and (plan.end != offset or stored is None):
                 yield Progress(plan.end.progress())
-                report = self.reader.report(plan, rows=rows, started=started, previous_started=self._last_started)
+        report = self.reader.report(plan, rows=rows, started=started, previous_started=self._last_started)
         self._last_started = started
         self._record(report)
 

@@ -45,8 +45,6 @@ def rejected(source: str, payload: Any, **kwargs: Any) -> str:
     return result.reason
 
 
-
-
 # --- registry -------------------------------------------------------------------------------------------
 
 
