@@ -13,7 +13,7 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone, tzinfo
-from decimal import Decimal, InvalidOperation
+from decimal import MAX_EMAX, Decimal, InvalidOperation
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -92,8 +92,20 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
+def _decimal(text: str) -> Decimal:
+    """``Decimal(text)``; a number beyond the decimal module's exponent range is invalid JSON here."""
+    try:
+        return Decimal(text)
+    except InvalidOperation:
+        shown = text if len(text) <= 40 else f"{text[:37]}..."
+        raise ValueError(
+            f"the number {shown} is beyond the exact decimal range (exponent above {MAX_EMAX:,}); "
+            "send amounts as yuan or fen within decimal(18, 2)"
+        ) from None
+
+
 #: Built once: ``json.loads``/``json.dumps`` with non-default options build a new codec per call.
-_DECODER = json.JSONDecoder(parse_float=Decimal, parse_constant=_no_constants)
+_DECODER = json.JSONDecoder(parse_float=_decimal, parse_constant=_no_constants)
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 #: ``_DECODER``'s scanner, called directly by ``parse_object``'s fast path.
 _scan_once: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]

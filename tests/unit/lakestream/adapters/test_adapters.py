@@ -185,6 +185,10 @@ def test_orders_db_rejects_malformed_fields(payload: dict[str, Any], reason: str
         (b'{"amount": -Infinity}', "payload: invalid JSON: -Infinity is not a JSON number"),
         (b'{"amount": ' + b"9" * 5000 + b"}", "payload: invalid JSON"),
         (b"[" * 100_000 + b"]" * 100_000, "payload: invalid JSON: nested too deeply"),
+        (
+            b'{"amount": 1338850E999999999999999994}',
+            "payload: invalid JSON: the number 1338850E999999999999999994 is beyond the exact decimal range",
+        ),
     ],
 )
 @pytest.mark.parametrize("source", sorted(ADAPTERS))
