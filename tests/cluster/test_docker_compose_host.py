@@ -203,7 +203,7 @@ def test_the_compose_cluster_runs_the_demo_and_serves_prometheus_metrics(host: H
         )
     (host.work / "demo.out").write_text(demo.stdout + demo.stderr)
     assert demo.returncode == 0, f"demo failed, output in {host.work / 'demo.out'}:\n{demo.stdout[-3000:]}"
-    assert "ingest finished in" in demo.stdout
+    assert "Done in" in demo.stdout and "events produced" in demo.stdout  # the demo's end summary
     jobs = host.rest("/jobs/overview")["jobs"]
     assert [j["state"] for j in jobs] == ["FINISHED"]
 
@@ -212,7 +212,7 @@ def test_the_compose_cluster_runs_the_demo_and_serves_prometheus_metrics(host: H
     silver = DeltaTable(str(demo_root / "silver" / "orders")).to_pyarrow_dataset().count_rows()
     assert bronze > 0 and silver > 0
     # Checkpoints went to the shared volume (a finished job's completed ones are removed by Flink).
-    assert (host.work / "checkpoints" / "ingest" / jobs[0]["jid"]).is_dir()
+    assert (host.work / "checkpoints" / "demo" / jobs[0]["jid"]).is_dir()  # the demo's own folder
 
     # Prometheus: the JobManager's cluster view and the TaskManager's lakestream operator metrics.
     assert max(jm_metrics.values("flink_jobmanager_taskSlotsTotal")) == 4

@@ -70,6 +70,9 @@ def test_every_job_needs_flink_parallelism_slots(tmp_path: Path, parallelism: in
     assert proc.returncode == 0, proc.stderr[-4000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert set(got) == {"ingest", "land", "changefeed"}
+    # The change feed runs at parallelism 1 whatever flink.parallelism (its position is exact only
+    # with one writer chained to the source, DESIGN.md section 9); the Kafka jobs use every slot.
+    expected = {"ingest": parallelism, "land": parallelism, "changefeed": 1}
     for job, seen in got.items():
-        assert seen["needed"] == parallelism, job
-        assert seen["again"] == parallelism and seen["nodes"] > 1, job
+        assert seen["needed"] == expected[job], job
+        assert seen["again"] == expected[job] and seen["nodes"] > 1, job
