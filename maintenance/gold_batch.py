@@ -188,8 +188,9 @@ def check_rows(rows: pa.Table, start: datetime, end: datetime, settings: GoldSet
     negative (gmv may be: a refund is a negative payment); ``window_end = window_start + window``.
     """
     problems: list[str] = []
-    if rows.schema != GOLD_SCHEMA:
-        problems.append(f"schema {rows.schema} is not GOLD_SCHEMA")
+    columns = [(f.name, f.type) for f in rows.schema]
+    if columns != [(f.name, f.type) for f in GOLD_SCHEMA]:
+        problems.append(f"columns {columns} are not GOLD_SCHEMA's")
         return problems
     starts = rows["window_start"].to_pylist()
     want = windows_of_range(start, end, settings)
@@ -288,13 +289,14 @@ def backfill(
     run_id = uuid.uuid4().hex[:12]
     staged_uri = staging_uri(cfg, cfg.gold.table, run_id)
     write_deltalake(staged_uri, rows, mode="error")
-    staged = DeltaTable(staged_uri).to_pyarrow_table().sort_by("window_start").cast(GOLD_SCHEMA)
+    staged = DeltaTable(staged_uri).to_pyarrow_table().sort_by("window_start")
     problems = check_rows(staged, start, end, settings)
     if problems:
         raise StagingCheckError(
             f"the staged rows of {format_time(start)} .. {format_time(end)} in {staged_uri} fail their check "
             f"({'; '.join(problems)}); gold is unchanged and the staging table is kept for inspection"
         )
+    staged = staged.cast(GOLD_SCHEMA)
     ref = TableRef(cfg.gold.table, cfg.lakehouse.table_uri(cfg.gold.table))
     ensure_gold_table(ref.uri)
     predicate = range_predicate("window_start", start, end)
