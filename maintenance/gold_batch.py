@@ -157,17 +157,15 @@ def recompute(
     inputs = gold_inputs(rows)
     metrics = aggregate(inputs, settings, over=(start, end))
     newest = pc.max(rows["ingest_time"]).as_py() if rows.num_rows else None
-    if newest is not None:
-        data_time, source = newest, "ingest_time"
-    else:
-        data_time, source = _commit_time(bronze_uri, dt, pinned), "commit"
+    source: Literal["ingest_time", "commit"] = "ingest_time" if newest is not None else "commit"
+    data_time = newest if newest is not None else _commit_time(bronze_uri, dt, pinned)
     return Recompute(
         start=start,
         end=end,
         metrics=metrics,
         bronze_version=pinned,
         data_time=data_time,
-        data_time_from=source,  # type: ignore[arg-type]
+        data_time_from=source,
         rows_read=rows.num_rows,
         inputs=inputs.num_rows,
     )
