@@ -12,7 +12,7 @@ import json
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -26,14 +26,13 @@ from lakestream.metrics_view import (
     GoldRow,
     ServedWindow,
     batch_through,
+    check_window,
     running_totals,
     select_windows,
-    window_of,
 )
 from lakestream.time_args import ACCEPTED_FORMS, TimeArgError, iso_utc, parse_time
 from maintenance.errors import MaintenanceError
 
-GOLD_TABLE = "gold/order_metrics_5m"
 LATE_TABLE = "late/order_events"
 QUARANTINE_TABLE = "quarantine/order_events"
 
@@ -228,16 +227,12 @@ class GoldSnapshot:
         """End of the newest batch window of this version (:func:`lakestream.metrics_view.batch_through`)."""
         return batch_through([s.row for s in self.served])
 
-    def window(self) -> Any:
-        """The window length of the table (a ``timedelta``), None when it has no rows."""
-        return window_of(s.row for s in self.served)
 
-
-def snapshot(dt: DeltaTable, uri: str) -> GoldSnapshot:
+def snapshot(dt: DeltaTable, uri: str, window: timedelta) -> GoldSnapshot:
     """Every window of this version of the gold table, served (selection rule, running totals)."""
-    return GoldSnapshot(
-        dt.version(), running_totals(select_windows(read_rows(dt, uri))), commit_ms(uri, dt.version())
-    )
+    rows = read_rows(dt, uri)
+    check_window(rows, window)
+    return GoldSnapshot(dt.version(), running_totals(select_windows(rows)), commit_ms(uri, dt.version()))
 
 
 class GoldCache:
@@ -247,8 +242,9 @@ class GoldCache:
     built once per version. Safe to share between the server's threads.
     """
 
-    def __init__(self, uri: str, *, keep: int = 4) -> None:
+    def __init__(self, uri: str, window: timedelta, *, keep: int = 4) -> None:
         self.uri = uri
+        self.window = window
         self._keep = keep
         self._lock = threading.Lock()
         self._table: DeltaTable | None = None
@@ -268,7 +264,7 @@ class GoldCache:
             return found
         if dt is None:
             dt = open_gold(self.uri, version, name="as_of")
-        built = snapshot(dt, self.uri)
+        built = snapshot(dt, self.uri, self.window)
         self._snapshots[version] = built
         while len(self._snapshots) > self._keep:
             self._snapshots.popitem(last=False)

@@ -70,7 +70,7 @@ def table_text(
     served: Sequence[ServedWindow],
     start: datetime,
     end: datetime,
-    window: timedelta | None,
+    window: timedelta,
     *,
     title: str,
     width: int = 160,
@@ -93,11 +93,7 @@ def table_text(
         ("day GMV", "right"),
     ):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
-    items: Sequence[ServedWindow | EmptyWindow] = (
-        with_empty_windows(served, start, end, window)
-        if window is not None
-        else [s for s in served if start <= s.row.window_start < end]
-    )
+    items = with_empty_windows(served, start, end, window)
     for item in items:
         if isinstance(item, EmptyWindow):
             label = f"{_hhmm(item.window_start)}-{item.window_end.strftime('%H:%M')}"

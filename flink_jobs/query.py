@@ -13,9 +13,9 @@ import argparse
 import sys
 
 from flink_jobs.cli_common import SubParsers, add_command, load
-from flink_jobs.gold_read import GOLD_TABLE, open_gold, parse_as_of, read_rows
+from flink_jobs.gold_read import open_gold, parse_as_of, read_rows
 from flink_jobs.metrics_format import FORMATS, csv_text, json_text, table_text
-from lakestream.metrics_view import batch_through, in_range, running_totals, select_windows, window_of
+from lakestream.metrics_view import batch_through, check_window, in_range, running_totals, select_windows
 from lakestream.time_args import ACCEPTED_FORMS, iso_utc, parse_range, utc_day
 
 
@@ -24,10 +24,11 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     cfg = load(args)
     start, end = parse_range(args.start, args.end, names=("--from", "--to"))
     at = None if args.as_of is None else parse_as_of(args.as_of, name="--as-of")
-    uri = cfg.lakehouse.table_uri(GOLD_TABLE)
+    uri = cfg.lakehouse.table_uri(cfg.gold.table)
     dt = open_gold(uri, at, name="--as-of")
     # From the UTC midnight before --from: the day's running totals count the whole day.
     rows = read_rows(dt, uri, utc_day(start)[0], end)
+    check_window(rows, cfg.gold.window)
     day_served = running_totals(select_windows(rows))
     served = in_range(day_served, start, end)
     if args.format == "json":
@@ -37,10 +38,11 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     else:
         through = batch_through([s.row for s in served])
         title = (
-            f"{GOLD_TABLE} version {dt.version()}: windows starting in [{iso_utc(start)}, {iso_utc(end)}); "
+            f"{cfg.gold.table} version {dt.version()}: windows starting in "
+            f"[{iso_utc(start)}, {iso_utc(end)}); "
             + (f"batch through {iso_utc(through)}, realtime after" if through else "no batch rows")
         )
-        sys.stdout.write(table_text(day_served, start, end, window_of(rows), title=title))
+        sys.stdout.write(table_text(day_served, start, end, cfg.gold.window, title=title))
     return 0
 
 

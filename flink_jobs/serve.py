@@ -29,7 +29,6 @@ from urllib.parse import parse_qs, urlsplit
 
 from flink_jobs.cli_common import SubParsers, add_command, load
 from flink_jobs.gold_read import (
-    GOLD_TABLE,
     LATE_TABLE,
     QUARANTINE_TABLE,
     DayCounts,
@@ -76,7 +75,7 @@ class MetricsService:
 
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
-        self.gold = GoldCache(cfg.lakehouse.table_uri(GOLD_TABLE))
+        self.gold = GoldCache(cfg.lakehouse.table_uri(cfg.gold.table), cfg.gold.window)
         self.late = DayCounts(cfg.lakehouse.table_uri(LATE_TABLE))
         self.quarantine = DayCounts(cfg.lakehouse.table_uri(QUARANTINE_TABLE))
 
@@ -130,13 +129,12 @@ class MetricsService:
             head.update(data_time=None, totals=None)
             return json.dumps({**head, "windows": []}).encode()
         served = snap.between(start, end)
-        window = snap.window()
         through = snap.batch_through()
         times = [s.row.data_time for s in served if s.row.data_time is not None]
         last = served[-1].day if served else None
         head.update(
             gold_version=snap.version,
-            window_seconds=None if window is None else int(window / timedelta(seconds=1)),
+            window_seconds=int(self.cfg.gold.window / timedelta(seconds=1)),
             batch_through=None if through is None else iso_utc(through),
             data_time=iso_utc(max(times)) if times else None,
             totals=None
@@ -265,7 +263,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
     shown = f"[{host}]" if ":" in host else host
     print(
-        f"serving {cfg.lakehouse.table_uri(GOLD_TABLE)} at http://{shown}:{port}/ (Ctrl-C stops)", flush=True
+        f"serving {cfg.lakehouse.table_uri(cfg.gold.table)} at http://{shown}:{port}/ (Ctrl-C stops)",
+        flush=True,
     )
     _stop_on_sigterm()
     try:

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
-BATCH = "batch"
-REALTIME = "realtime"
+from lakestream.gold import LAYER_BATCH, LAYER_REALTIME
+
+BATCH = LAYER_BATCH
+REALTIME = LAYER_REALTIME
 LAYERS = (BATCH, REALTIME)
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -152,14 +154,14 @@ def serve_range(rows: Iterable[GoldRow], start: datetime, end: datetime) -> list
     return in_range(running_totals(select_windows(rows)), start, end)
 
 
-def window_of(rows: Iterable[GoldRow]) -> timedelta | None:
-    """The length of the gold windows (all the same, tumbling), None when there are no rows."""
-    lengths = {row.window_end - row.window_start for row in rows}
-    if len(lengths) > 1:
-        raise GoldDataError(
-            f"gold windows of different lengths: {sorted(str(x) for x in lengths)}; one table has one window"
-        )
-    return next(iter(lengths), None)
+def check_window(rows: Iterable[GoldRow], window: timedelta) -> None:
+    """Every row spans exactly ``window`` (``gold.window``); else :class:`GoldDataError` naming one."""
+    for row in rows:
+        if row.window_end - row.window_start != window:
+            raise GoldDataError(
+                f"window {row.window_start.isoformat()} lasts {row.window_end - row.window_start}, but "
+                f"gold.window is {window}: set gold.window to the table's window"
+            )
 
 
 def with_empty_windows(

@@ -14,26 +14,8 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
+from lakestream.gold import GOLD_SCHEMA
 from lakestream.metrics_view import BATCH, REALTIME, GoldRow
-
-TS = pa.timestamp("us", tz="UTC")
-
-#: The gold table's schema (``gold/order_metrics_5m``).
-GOLD_SCHEMA = pa.schema(
-    [
-        pa.field("window_start", TS, nullable=False),
-        pa.field("window_end", TS, nullable=False),
-        pa.field("events", pa.int64(), nullable=False),
-        pa.field("orders_created", pa.int64(), nullable=False),
-        pa.field("payments", pa.int64(), nullable=False),
-        pa.field("gmv", pa.decimal128(18, 2), nullable=False),
-        pa.field("active_users", pa.int64(), nullable=False),
-        pa.field("layer", pa.string(), nullable=False),
-        pa.field("data_time", TS, nullable=True),
-        pa.field("source_version", pa.int64(), nullable=True),
-        pa.field("updated_at", TS, nullable=True),
-    ]
-)
 
 WINDOW = timedelta(minutes=5)
 UTC = timezone.utc
