@@ -102,3 +102,24 @@ def append_rows(table: Path | str, data: pa.Table) -> int:
     """Append an Arrow table (late or quarantine rows) in one commit; the new version."""
     write_deltalake(str(table), data, mode="append")
     return DeltaTable(str(table)).version()
+
+
+def _dummy(kind: pa.DataType, i: int) -> object:
+    if pa.types.is_timestamp(kind):
+        return datetime(2024, 6, 1, tzinfo=UTC)
+    if pa.types.is_decimal(kind):
+        return Decimal("1.00")
+    if pa.types.is_integer(kind):
+        return i
+    if pa.types.is_binary(kind):
+        return b"{}"
+    return f"x{i}"
+
+
+def ingest_rows(schema: pa.Schema, ingest_times: Sequence[datetime]) -> pa.Table:
+    """Rows of a late or quarantine table (``schema``) with these ``ingest_time`` values, the rest filler."""
+    columns = {
+        f.name: [t if f.name == "ingest_time" else _dummy(f.type, i) for i, t in enumerate(ingest_times)]
+        for f in schema
+    }
+    return pa.Table.from_pydict(columns, schema=schema)
