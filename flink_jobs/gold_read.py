@@ -1,23 +1,20 @@
-"""Read the gold table ``gold/order_metrics_5m`` (latest or an older version) as served windows.
+"""Read the gold table (``gold.table``, latest or an older version) and the day counts of the page.
 
-``lakestream query metrics`` reads once; ``lakestream serve`` keeps a :class:`GoldCache`: the served
-windows of the whole table and their JSON, built once per table version and reused until a new
-version is committed, so a request only slices and joins prepared bytes.
+Rows come through delta-rs' DataFusion engine as :class:`lakestream.metrics_view.GoldRow`; the JSON of
+a served window is written here, once for the CLI and the server (``flink_jobs.gold_cache``).
 """
 
 from __future__ import annotations
 
-import bisect
 import json
 import threading
-from collections import OrderedDict
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import DeltaTable, QueryBuilder
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
@@ -25,10 +22,6 @@ from flink_jobs.tables import commit_ms
 from lakestream.metrics_view import (
     GoldRow,
     ServedWindow,
-    batch_through,
-    check_window,
-    running_totals,
-    select_windows,
 )
 from lakestream.time_args import ACCEPTED_FORMS, TimeArgError, iso_utc, parse_time
 from maintenance.errors import MaintenanceError
@@ -137,13 +130,28 @@ def query(dt: DeltaTable, sql: str) -> pa.Table:
     return pa.RecordBatchReader.from_stream(result).read_all()
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def _times(column: pa.ChunkedArray) -> list[datetime | None]:
+    """A timestamp column as UTC datetimes, through epoch microseconds (pyarrow's own conversion of
+    zoned timestamps is about ten times slower)."""
+    micros = pc.cast(pc.cast(column, pa.timestamp("us", tz="UTC")), pa.int64()).to_pylist()
+    return [None if us is None else _EPOCH + timedelta(microseconds=us) for us in micros]
+
+
 def read_rows(
     dt: DeltaTable, uri: str, start: datetime | None = None, end: datetime | None = None
 ) -> list[GoldRow]:
     """The gold rows with ``start <= window_start < end`` (either bound optional) of that version."""
     where = [f"window_start >= {_literal(start)}"] if start is not None else []
     where += [f"window_start < {_literal(end)}"] if end is not None else []
-    sql = "SELECT * FROM t" + (" WHERE " + " AND ".join(where) if where else "")
+    return rows_where(dt, uri, " AND ".join(where))
+
+
+def rows_where(dt: DeltaTable, uri: str, where: str = "") -> list[GoldRow]:
+    """The gold rows of that version matching a SQL condition (none: every row)."""
+    sql = "SELECT * FROM t" + (f" WHERE {where}" if where else "")
     try:
         data = query(dt, sql)
     except Exception as exc:  # delta-rs raises DataFusion and I/O errors as plain exceptions
@@ -152,11 +160,25 @@ def read_rows(
             "the files of old versions once they are older than its retention"
         ) from None
     check_columns(data.schema, uri)
-    columns = [data.column(name).to_pylist() for name in GOLD_COLUMNS]
+    times = {n: _times(data.column(n)) for n in ("window_start", "window_end", "data_time", "updated_at")}
+    plain = {n: data.column(n).to_pylist() for n in GOLD_COLUMNS if n not in times}
     zero = Decimal("0.00")
     return [
         GoldRow(s, e, ev or 0, oc or 0, p or 0, zero if g is None else g, au or 0, lay, d, sv, up)
-        for s, e, ev, oc, p, g, au, lay, d, sv, up in zip(*columns, strict=True)
+        for s, e, ev, oc, p, g, au, lay, d, sv, up in zip(
+            times["window_start"],
+            times["window_end"],
+            plain["events"],
+            plain["orders_created"],
+            plain["payments"],
+            plain["gmv"],
+            plain["active_users"],
+            plain["layer"],
+            times["data_time"],
+            plain["source_version"],
+            times["updated_at"],
+            strict=True,
+        )
     ]
 
 
@@ -164,8 +186,14 @@ def _money(value: Decimal) -> str:
     return f"{value.quantize(Decimal('0.01'))}"
 
 
+def _iso(value: datetime) -> str:
+    """``iso_utc`` for the UTC datetimes :func:`rows_where` makes (C ``isoformat``, no conversion)."""
+    text = value.isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else iso_utc(value)
+
+
 def _time(value: datetime | None) -> str | None:
-    return None if value is None else iso_utc(value)
+    return None if value is None else _iso(value)
 
 
 def row_json(s: ServedWindow) -> dict[str, Any]:
@@ -173,8 +201,8 @@ def row_json(s: ServedWindow) -> dict[str, Any]:
     then the day's running totals (``day_*``; ``active_users`` has none, it is per window)."""
     r = s.row
     return {
-        "window_start": iso_utc(r.window_start),
-        "window_end": iso_utc(r.window_end),
+        "window_start": _iso(r.window_start),
+        "window_end": _iso(r.window_end),
         "events": r.events,
         "orders_created": r.orders_created,
         "payments": r.payments,
@@ -191,100 +219,24 @@ def row_json(s: ServedWindow) -> dict[str, Any]:
     }
 
 
-@dataclass
-class GoldSnapshot:
-    """One version of the gold table as served: every window with its running totals, sorted."""
-
-    version: int
-    served: list[ServedWindow]
-    #: Commit time of the version (epoch ms), None when its commit file is gone.
-    committed_ms: int | None = None
-    _starts: list[datetime] = field(default_factory=list, repr=False)
-    _json: list[bytes] | None = field(default=None, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def __post_init__(self) -> None:
-        self._starts = [s.row.window_start for s in self.served]
-
-    def window_range(self, start: datetime, end: datetime) -> tuple[int, int]:
-        """Indexes ``[i, j)`` of the served windows with ``start <= window_start < end``."""
-        return bisect.bisect_left(self._starts, start), bisect.bisect_left(self._starts, end)
-
-    def between(self, start: datetime, end: datetime) -> list[ServedWindow]:
-        """The served windows with ``start <= window_start < end``."""
-        i, j = self.window_range(start, end)
-        return self.served[i:j]
-
-    def json_array(self, start: datetime, end: datetime) -> bytes:
-        """The JSON array of the windows of ``[start, end)`` (rows as :func:`row_json`), from cached parts."""
-        with self._lock:
-            if self._json is None:
-                self._json = [json.dumps(row_json(s), separators=(",", ":")).encode() for s in self.served]
-        i, j = self.window_range(start, end)
-        return b"[" + b",".join(self._json[i:j]) + b"]"
-
-    def batch_through(self) -> datetime | None:
-        """End of the newest batch window of this version (:func:`lakestream.metrics_view.batch_through`)."""
-        return batch_through([s.row for s in self.served])
+def _opt(text: str | None) -> str:
+    return "null" if text is None else f'"{text}"'
 
 
-def snapshot(dt: DeltaTable, uri: str, window: timedelta) -> GoldSnapshot:
-    """Every window of this version of the gold table, served (selection rule, running totals)."""
-    rows = read_rows(dt, uri)
-    check_window(rows, window)
-    return GoldSnapshot(dt.version(), running_totals(select_windows(rows)), commit_ms(uri, dt.version()))
-
-
-class GoldCache:
-    """Served snapshots of one gold table by version: the latest, and a few older ones (``as_of``).
-
-    Each request asks for the latest version (a read of the log's new commits only); a snapshot is
-    built once per version. Safe to share between the server's threads.
-    """
-
-    def __init__(self, uri: str, window: timedelta, *, keep: int = 4) -> None:
-        self.uri = uri
-        self.window = window
-        self._keep = keep
-        self._lock = threading.Lock()
-        self._table: DeltaTable | None = None
-        self._snapshots: OrderedDict[int, GoldSnapshot] = OrderedDict()
-
-    def _latest_version(self) -> int:
-        if self._table is None:
-            self._table = open_gold(self.uri)
-        else:
-            self._table.update_incremental()
-        return self._table.version()
-
-    def _get(self, version: int, dt: DeltaTable | None) -> GoldSnapshot:
-        found = self._snapshots.get(version)
-        if found is not None:
-            self._snapshots.move_to_end(version)
-            return found
-        if dt is None:
-            dt = open_gold(self.uri, version, name="as_of")
-        built = snapshot(dt, self.uri, self.window)
-        self._snapshots[version] = built
-        while len(self._snapshots) > self._keep:
-            self._snapshots.popitem(last=False)
-        return built
-
-    def latest(self) -> GoldSnapshot:
-        """The snapshot of the table's newest version (built now if that version is new)."""
-        with self._lock:
-            version = self._latest_version()
-            if version in self._snapshots:
-                return self._get(version, None)
-            return self._get(version, self._table)
-
-    def at(self, at: int | datetime) -> GoldSnapshot:
-        """The snapshot at version ``at`` or as of time ``at`` (``as_of``)."""
-        with self._lock:
-            if isinstance(at, int) and at in self._snapshots:
-                return self._get(at, None)
-            dt = open_gold(self.uri, at, name="as_of")
-            return self._get(dt.version(), dt)
+def row_json_bytes(s: ServedWindow) -> bytes:
+    """``json.dumps(row_json(s))`` without spaces, formatted directly (a year of windows: 0.2 s instead
+    of 1.5 s). Only the layer is free text; it goes through ``json.dumps``."""
+    r, d = s.row, s.day
+    sv = "null" if r.source_version is None else str(int(r.source_version))
+    return (
+        f'{{"window_start":"{_iso(r.window_start)}","window_end":"{_iso(r.window_end)}",'
+        f'"events":{int(r.events)},"orders_created":{int(r.orders_created)},"payments":{int(r.payments)},'
+        f'"gmv":"{_money(r.gmv)}","active_users":{int(r.active_users)},"layer":{json.dumps(r.layer)},'
+        f'"data_time":{_opt(_time(r.data_time))},"source_version":{sv},'
+        f'"updated_at":{_opt(_time(r.updated_at))},"day_events":{int(d.events)},'
+        f'"day_orders_created":{int(d.orders_created)},"day_payments":{int(d.payments)},'
+        f'"day_gmv":"{_money(d.gmv)}"}}'
+    ).encode()
 
 
 class DayCounts:

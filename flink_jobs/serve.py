@@ -28,14 +28,13 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from flink_jobs.cli_common import SubParsers, add_command, load
+from flink_jobs.gold_cache import GoldCache, GoldSnapshot
 from flink_jobs.gold_read import (
     LATE_TABLE,
     QUARANTINE_TABLE,
     DayCounts,
-    GoldCache,
     GoldMissingError,
     GoldReadError,
-    GoldSnapshot,
     parse_as_of,
 )
 from lakestream.config import Config, ConfigError, is_loopback
