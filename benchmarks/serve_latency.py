@@ -184,10 +184,22 @@ def one_run(root: Path, first_day: datetime, days: int, requests: int, seed: int
             f"/api/metrics?from={last:%Y-%m-%d}&to={last + timedelta(days=1):%Y-%m-%d}"
         )
         out["after_new_version_day_ms"] = round(ms, 2)
+        out["server_rss_mib"] = _rss_mib(proc.pid)
         return out
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def _rss_mib(pid: int) -> float | None:
+    """Resident memory of the server process (Linux ``/proc``), None elsewhere."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        return None
+    return None
 
 
 def _median(xs: list[float]) -> float:
@@ -230,6 +242,7 @@ def run(out_dir: Path, *, days: int, requests: int, repeat: int) -> dict[str, An
         "cold_ms": _median([r["cold_ms"] for r in runs]),
         "new_version_ms": _median([r["new_version_ms"] for r in runs]),
         "year_bytes": runs[0]["year_bytes"],
+        "server_rss_mib": _median([r["server_rss_mib"] or 0 for r in runs]),
     }
 
 
@@ -254,7 +267,8 @@ def markdown(res: dict[str, Any]) -> str:
         "First request of a version (reads the table, builds every window's JSON once): "
         f"{res['cold_ms']} ms at start, {res['new_version_ms']} ms after a new commit (the whole year's "
         "response included); "
-        f"the year's JSON is {res['year_bytes'] / 1e6:.1f} MB.",
+        f"the year's JSON is {res['year_bytes'] / 1e6:.1f} MB; the server's resident memory "
+        f"{res.get('server_rss_mib')} MiB.",
         "",
     ]
     return "\n".join(lines)
