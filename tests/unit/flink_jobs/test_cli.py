@@ -29,6 +29,10 @@ REQUIRED = {
     "changefeed": ["--table", "silver/orders", "--to", "delta:audit/orders"],
     "tables": [],
     "maintain": ["history", "bronze/order_events"],
+    "backfill": ["--from", "2024-06-01", "--to", "2024-06-02"],
+    "reconcile": ["--from", "2024-06-01", "--to", "2024-06-02"],
+    "query": ["metrics", "--from", "2024-06-01", "--to", "2024-06-02"],
+    "serve": [],
     "demo": [],
 }
 #: Which shared flags each sub-command takes (--config: all of them).
@@ -39,6 +43,10 @@ TAKES = {
     "changefeed": {"lakehouse", "bootstrap_servers", "fresh", "job_name"},
     "tables": {"lakehouse", "bootstrap_servers"},
     "maintain": set(),  # its operations take --lakehouse (tests/unit/flink_jobs/test_maintain_cli.py)
+    "backfill": {"lakehouse"},
+    "reconcile": {"lakehouse"},
+    "query": set(),  # `query metrics` takes --lakehouse (tests/integration/test_query_metrics.py)
+    "serve": {"lakehouse"},
     "demo": {"lakehouse", "bootstrap_servers"},
 }
 
