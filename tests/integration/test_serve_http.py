@@ -219,3 +219,17 @@ def test_serve_with_allow_remote_warns_and_serves_until_sigterm(tmp_path: Path) 
             proc.kill()
     assert proc.returncode == 0 and "stopped" in out
     assert "warning: listening on 0.0.0.0, not loopback" in err
+
+
+def test_an_empty_gold_table_as_the_gold_jobs_create_it_serves_no_windows(tmp_path: Path) -> None:
+    from lakestream.gold import ensure_gold_table
+
+    ensure_gold_table(str(tmp_path / "gold/order_metrics_5m"))
+    server = Server(tmp_path)
+    try:
+        status, _, day = server.get("/api/today?day=2024-06-01")
+        assert status == 200 and (day["gold_version"], day["windows"], day["totals"]) == (0, [], None)
+        status, _, rows = server.get("/api/metrics?from=2024-06-01&to=2024-06-02")
+        assert status == 200 and rows == []
+    finally:
+        server.close()
