@@ -16,6 +16,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from datetime import datetime, timedelta, timezone
 
 import pyarrow as pa
@@ -117,6 +118,7 @@ class GoldSnapshot:
         i, j = self.window_range(start, end)
         return b"[" + b",".join(self._json[i:j]) + b"]"
 
+    @cached_property
     def batch_through(self) -> datetime | None:
         """End of the newest batch window of this version (:func:`lakestream.metrics_view.batch_through`)."""
         return batch_through([s.row for s in self.served])

@@ -128,7 +128,7 @@ class MetricsService:
             head.update(data_time=None, totals=None)
             return json.dumps({**head, "windows": []}).encode()
         served = snap.between(start, end)
-        through = snap.batch_through()
+        through = snap.batch_through
         times = [s.row.data_time for s in served if s.row.data_time is not None]
         last = served[-1].day if served else None
         head.update(
