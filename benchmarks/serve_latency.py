@@ -255,6 +255,9 @@ def markdown(res: dict[str, Any]) -> str:
         f"client, {res['requests_per_kind']} requests per kind and run, medians of {res['repeat']} runs "
         "(fresh server each).",
         "",
+        "Run alone with `make bench BENCH_ARGS='--only serve'` (`--serve-days 365`, `--serve-requests 200`, "
+        "`--serve-repeat 3`); a full `make bench` runs it last. Results: `.lakestream/bench/serve.json`.",
+        "",
         "| request | rows | p50 ms | p99 ms (min–max over runs) |",
         "| --- | --- | --- | --- |",
     ]

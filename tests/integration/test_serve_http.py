@@ -233,3 +233,19 @@ def test_an_empty_gold_table_as_the_gold_jobs_create_it_serves_no_windows(tmp_pa
         assert status == 200 and rows == []
     finally:
         server.close()
+
+
+def test_a_taken_port_names_the_setting_and_the_fix(tmp_path: Path) -> None:
+    import socket
+
+    from lakestream.config import ConfigError
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cfg = Config(lakehouse=LakehouseConfig(root=str(tmp_path)), serve=ServeConfig(port=port))
+        with pytest.raises(
+            ConfigError, match=rf"serve.host/serve.port: cannot listen on 127.0.0.1:{port}.*--port"
+        ):
+            make_server(cfg)
