@@ -16,8 +16,8 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import cached_property
 from datetime import datetime, timedelta, timezone
+from functools import cached_property
 
 import pyarrow as pa
 import pyarrow.compute as pc

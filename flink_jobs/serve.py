@@ -116,6 +116,7 @@ class MetricsService:
         start, end = utc_day(when)
         head: dict[str, Any] = {
             "day": start.strftime("%Y-%m-%d"),
+            "window_seconds": int(self.cfg.gold.window / timedelta(seconds=1)),
             "generated_at": iso_utc(datetime.now(timezone.utc)),
             "refresh_ms": int(self.cfg.serve.refresh.total_seconds() * 1000),
             "late": self.late.count(start, end),
@@ -124,8 +125,7 @@ class MetricsService:
         try:
             snap = self.gold.latest()
         except GoldMissingError as exc:
-            head.update(gold_version=None, note=str(exc), window_seconds=None, batch_through=None)
-            head.update(data_time=None, totals=None)
+            head.update(gold_version=None, note=str(exc), batch_through=None, data_time=None, totals=None)
             return json.dumps({**head, "windows": []}).encode()
         served = snap.between(start, end)
         through = snap.batch_through
@@ -133,7 +133,6 @@ class MetricsService:
         last = served[-1].day if served else None
         head.update(
             gold_version=snap.version,
-            window_seconds=int(self.cfg.gold.window / timedelta(seconds=1)),
             batch_through=None if through is None else iso_utc(through),
             data_time=iso_utc(max(times)) if times else None,
             totals=None
