@@ -211,6 +211,7 @@ def run(out_dir: Path, *, days: int, requests: int, repeat: int) -> dict[str, An
     work = out_dir / "work" / "serve"
     root = work / "lakehouse"
     first_day = datetime(2025, 1, 1, tzinfo=UTC)
+    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     print(f"serve: writing {days} days of gold windows ...", flush=True)
     table = build_table(root / "gold/order_metrics_5m", days=days, first_day=first_day)
     print(f"serve: {table}", flush=True)
@@ -232,7 +233,7 @@ def run(out_dir: Path, *, days: int, requests: int, repeat: int) -> dict[str, An
         for kind in kinds
     }
     return {
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "started": started,
         "table": table,
         "days": days,
         "requests_per_kind": requests,
@@ -290,3 +291,20 @@ def update_readme(readme: Path, md: str) -> None:
     else:
         text = text.rstrip("\n") + "\n\n" + block
     readme.write_text(text, encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m benchmarks.serve_latency [serve.json]``: re-render the README block from a result."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m benchmarks.serve_latency")
+    p.add_argument("result", nargs="?", default=str(paths.STATE_DIR / "bench" / "serve.json"))
+    a = p.parse_args(argv)
+    md = markdown(json.loads(Path(a.result).read_text(encoding="utf-8")))
+    update_readme(paths.PROJECT_ROOT / "README.md", md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
