@@ -73,7 +73,7 @@ def table_text(
     window: timedelta,
     *,
     title: str,
-    width: int = 160,
+    width: int = 400,
 ) -> str:
     """Every window of ``[start, end)``, with the day's running totals (``served`` may begin at the
     midnight before ``start``, so that empty windows carry the right totals)."""
@@ -92,7 +92,7 @@ def table_text(
         ("day payments", "right"),
         ("day GMV", "right"),
     ):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     items = with_empty_windows(served, start, end, window)
     for item in items:
         if isinstance(item, EmptyWindow):
