@@ -99,6 +99,8 @@ def describe(result: ReconcileResult, max_fixes: int) -> list[str]:
     """The run's closing lines: verdict, what was fixed or why not."""
     lines: list[str] = []
     n = len({d.window_start for d in result.exceeding})
+    if result.differences:
+        lines.append(f"reconcile: {len(result.differences)} difference(s) recorded in run {result.run_id}")
     if not result.exceeding:
         lines.append(f"reconcile: gold matches bronze (threshold {result.threshold}); nothing to fix")
         return lines
@@ -140,9 +142,8 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
         fix=args.fix,
         version=args.as_of,
         report=_say,
+        show=lambda differences, limit: print_differences(differences, limit, "gold against bronze"),
     )
-    if result.differences:
-        print_differences(result.differences, result.threshold, "gold against bronze")
     for line in describe(result, cfg.reconcile.max_fixes_per_day):
         _say(line)
     return result.code

@@ -21,8 +21,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as pds
-from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake import CommitProperties, DeltaTable, QueryBuilder, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
 from lakestream.config import Config
@@ -40,12 +39,11 @@ from lakestream.gold import (
     gold_rows,
     windows_of_range,
 )
-from lakestream.standard import TIMESTAMP
 from maintenance.errors import MaintenanceError, TableMissingError
 from maintenance.facts import TableRef
 from maintenance.operations import with_retries
 from sinks.retry_policy import RetryPolicy
-from sources.delta_log import DeltaLog, is_local_uri, local_path
+from sources.delta_log import DeltaLog, is_local_uri, local_path, normalize_schema
 
 UTC = timezone.utc
 
@@ -137,12 +135,27 @@ def range_predicate(column: str, start: datetime, end: datetime) -> str:
     return f"{column} >= {_literal(start)} AND {column} < {_literal(end)}"
 
 
+def query(sql: str, **tables: DeltaTable) -> pa.Table:
+    """The result of DataFusion ``sql`` over the given tables (by name), read in delta-rs' own engine.
+
+    Not a pyarrow dataset: its scans call the Python file system of delta-rs from Arrow's IO threads,
+    and a CLI process then aborted at interpreter exit now and then ("terminate called without an
+    active exception", exit 134). Strings come back as views, which pyarrow 16 cannot cast, so the
+    stream is imported with plain types.
+    """
+    builder = QueryBuilder()
+    for name, dt in tables.items():
+        builder.register(name, dt)
+    stream = builder.execute(sql)
+    wanted = normalize_schema(pa.schema(stream.schema))
+    return pa.RecordBatchReader.from_stream(stream, schema=wanted).read_all()
+
+
 def read_bronze(dt: DeltaTable, start: datetime, end: datetime) -> pa.Table:
     """The bronze rows with event time in ``[start, end)``: files pruned by their statistics, then rows."""
-    dataset = dt.to_pyarrow_dataset(file_pruning_predicate=range_predicate("event_time", start, end))
-    when = pds.field("event_time")
-    rows_filter = (when >= pa.scalar(start, TIMESTAMP)) & (when < pa.scalar(end, TIMESTAMP))
-    return dataset.to_table(columns=list(BRONZE_COLUMNS), filter=rows_filter)
+    columns = ", ".join(f'"{c}"' for c in BRONZE_COLUMNS)
+    where = range_predicate("event_time", start, end)
+    return query(f"SELECT {columns} FROM bronze WHERE {where}", bronze=dt)
 
 
 def recompute(
@@ -287,7 +300,7 @@ def backfill(
     run_id = uuid.uuid4().hex[:12]
     staged_uri = staging_uri(cfg, cfg.gold.table, run_id)
     write_deltalake(staged_uri, rows, mode="error")
-    staged = DeltaTable(staged_uri).to_pyarrow_table().sort_by("window_start")
+    staged = query("SELECT * FROM staged ORDER BY window_start", staged=DeltaTable(staged_uri))
     problems = check_rows(staged, start, end, settings)
     if problems:
         raise StagingCheckError(
@@ -338,9 +351,7 @@ def read_gold(cfg: Config, start: datetime, end: datetime) -> list[dict[str, Any
         dt = DeltaTable(cfg.lakehouse.table_uri(cfg.gold.table))
     except TableNotFoundError:
         return []
-    when = pds.field("window_start")
-    table = dt.to_pyarrow_dataset().to_table(
-        filter=(when >= pa.scalar(start, TIMESTAMP)) & (when < pa.scalar(end, TIMESTAMP))
-    )
+    where = range_predicate("window_start", start, end)
+    table = query(f"SELECT * FROM gold WHERE {where}", gold=dt)
     rows: list[dict[str, Any]] = table.sort_by("window_start").to_pylist()
     return rows

@@ -22,7 +22,7 @@ from lakestream.config import Config, ConfigError
 from lakestream.gold import GoldSettings, format_time
 from lakestream.reconcile import Difference, compare, contiguous_runs, fix_allowed, fixes_on
 from lakestream.standard import TIMESTAMP
-from maintenance.gold_batch import BackfillResult, Recompute, backfill, read_gold, recompute
+from maintenance.gold_batch import BackfillResult, Recompute, backfill, query, read_gold, recompute
 
 UTC = timezone.utc
 VALUE = pa.decimal128(38, 2)
@@ -75,8 +75,7 @@ def fix_runs(cfg: Config) -> list[tuple[str, datetime]]:
         dt = DeltaTable(cfg.lakehouse.table_uri(cfg.reconcile.table))
     except TableNotFoundError:
         return []
-    table = dt.to_pyarrow_table(columns=["run_id", "run_time", "fixed"])
-    fixed = table.filter(table["fixed"])
+    fixed = query("SELECT DISTINCT run_id, run_time FROM runs WHERE fixed", runs=dt)
     runs = zip(fixed["run_id"].to_pylist(), fixed["run_time"].to_pylist(), strict=True)
     return [(str(run_id), when) for run_id, when in runs]
 
@@ -122,12 +121,13 @@ def reconcile(
     version: int | None = None,
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
     report: Callable[[str], None] = lambda _line: None,
+    show: Callable[[list[Difference], Decimal], None] = lambda _differences, _threshold: None,
 ) -> ReconcileResult:
     """Compare gold with the recompute of ``[start, end)``; with ``fix``, backfill what exceeds the threshold.
 
     Fixes contiguous windows as one backfill each, at the bronze version compared against, at most
     ``reconcile.max_fixes_per_day`` fix runs per UTC day (counted from the reconciliation table), and
-    re-checks gold afterwards.
+    re-checks gold afterwards. ``show`` gets the differences (and the threshold) before any fix.
     """
     limit = cfg.reconcile.threshold if threshold is None else threshold
     if limit < 0:
@@ -141,6 +141,8 @@ def reconcile(
     expected = rec.metrics.to_pylist()
     differences = compare(read_gold(cfg, start, end), expected)
     exceeding = [d for d in differences if d.exceeds(limit)]
+    if differences:
+        show(differences, limit)
     base = ReconcileResult(run_id, rec, limit, differences, exceeding)
     if not exceeding or not fix:
         record(
