@@ -4,14 +4,15 @@ PYTHON ?= python3
 VENV   := .venv
 VPY    := $(VENV)/bin/python
 STAMPS := .lakestream/stamps
+CHROMIUM ?= chromium
 JAVA_SOURCES := $(shell find jvm/src -name '*.java' 2>/dev/null)
 
-.PHONY: demo test unit lint typecheck bootstrap venv jvm jvm-test tools bench profile clean
+.PHONY: demo test unit lint typecheck bootstrap venv jvm jvm-test tools browser bench profile clean
 
 demo: bootstrap
 	$(VPY) -m flink_jobs demo
 
-test: bootstrap lint typecheck jvm-test
+test: bootstrap browser lint typecheck jvm-test
 	$(VPY) -m pytest -q tests
 
 unit: bootstrap
@@ -30,6 +31,10 @@ tools:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if (3, 10) <= sys.version_info[:2] <= (3, 12) else 1)' || { echo "lakestream: apache-flink 2.2 needs Python 3.10-3.12; run make PYTHON=/path/to/python3.11"; exit 1; }
 	@command -v java >/dev/null 2>&1 || { echo "lakestream: 'java' not found: install a JDK 17 (apt-get install openjdk-17-jdk-headless)"; exit 1; }
 	@command -v mvn >/dev/null 2>&1 || { echo "lakestream: 'mvn' not found: install Maven 3.8+ (apt-get install maven)"; exit 1; }
+
+# The page of `lakestream serve` is tested in a real headless Chromium (tests/integration/test_serve_page.py).
+browser:
+	@command -v $(CHROMIUM) >/dev/null 2>&1 || { echo "lakestream: '$(CHROMIUM)' not found: the browser tests need Chromium (apt-get install chromium)"; exit 1; }
 
 venv: $(STAMPS)/venv
 

@@ -342,6 +342,31 @@ def spread(xs: list[float]) -> dict[str, float]:
     }
 
 
+def _serve_bench(a: argparse.Namespace) -> dict[str, Any]:
+    from benchmarks import serve_latency
+
+    res = serve_latency.run(
+        Path(a.out), days=a.serve_days, requests=a.serve_requests, repeat=a.serve_repeat or a.repeat
+    )
+    out_dir = Path(a.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "serve.json").write_text(json.dumps(res, indent=2, default=str), encoding="utf-8")
+    md = serve_latency.markdown(res)
+    if not a.no_readme:
+        serve_latency.update_readme(ROOT / "README.md", md)
+    print(md, flush=True)
+    return res
+
+
+def _serve_only(a: argparse.Namespace) -> int:
+    """``--only serve``: the serving benchmark alone (writes serve.json, refreshes its README block)."""
+    if a.serve_days < 8:
+        print("benchmarks: --serve-days must be at least 8 (a week and the last day)", file=sys.stderr)
+        return 2
+    _serve_bench(a)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[0])
     p.add_argument("--events", type=int, default=1_000_000)
@@ -393,7 +418,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-rows", type=int)
     p.add_argument("--no-readme", action="store_true")
     p.add_argument("--thread-tree", help="run thread-mode lakestream from this source tree (candidate fixes)")
+    p.add_argument(
+        "--only",
+        choices=("all", "serve"),
+        default="all",
+        help="serve: only the serving benchmark (lakestream serve's JSON latency, no Kafka or Spark)",
+    )
+    p.add_argument("--serve-days", type=int, default=365, help="days of 5-minute gold windows to serve")
+    p.add_argument("--serve-requests", type=int, default=200, help="requests per kind of range and run")
+    p.add_argument("--serve-repeat", type=int, help="serving runs (fresh server each; default: --repeat)")
     a = p.parse_args(argv)
+    if a.only == "serve":
+        return _serve_only(a)
     try:
         requirements.check(spark=not a.skip_spark)
     except requirements.BenchSetupError as exc:
@@ -599,6 +635,7 @@ def main(argv: list[str] | None = None) -> int:
 
         results["source_lag"] = source_lag.measure(work)
         print(f"  delta source lag: {results['source_lag']}", flush=True)
+    results["serve"] = _serve_bench(a)
     results["total_s"] = round(time.monotonic() - t_all, 1)
     results["summary"] = report.summarize(results, spread)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -11,13 +11,15 @@ import sys
 from collections.abc import Sequence
 
 from devtools import kafka_broker
-from flink_jobs import changefeed, demo, gold_batch, ingest, land, maintain
+from flink_jobs import changefeed, demo, gold_batch, ingest, land, maintain, query, serve
 from flink_jobs.cli_common import JobFailedError, SubParsers, add_command, add_flags, load
 from flink_jobs.resume import ResumeError
 from lakestream.config import ConfigError
 from lakestream.flink_runtime import FlinkRuntimeError
 from lakestream.gold import GmvOverflowError, GoldTableError
+from lakestream.metrics_view import GoldDataError
 from lakestream.paths import MissingBuildError
+from lakestream.time_args import TimeArgError
 from maintenance.errors import ConflictError, MaintenanceError
 from maintenance.gold_batch import StagingCheckError
 from sources.errors import DeltaSourceError
@@ -99,6 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     _register_tables(sub)
     maintain.register(sub)
     gold_batch.register(sub)
+    query.register(sub)
+    serve.register(sub)
     demo.register(sub)
     return parser
 
@@ -109,7 +113,7 @@ def failure(exc: Exception, command: str) -> tuple[int, str] | None:
         return 2, f"lakestream: configuration error: {exc}"
     if isinstance(exc, FlinkRuntimeError | MissingBuildError | kafka_broker.KafkaBrokerError):
         return 2, f"lakestream: {exc}"
-    if isinstance(exc, DeltaSourceError | ResumeError):
+    if isinstance(exc, DeltaSourceError | ResumeError | TimeArgError):
         return 2, f"lakestream {command}: {exc}"
     if isinstance(exc, ConflictError | StagingCheckError | GmvOverflowError):
         return 1, f"lakestream {command}: {exc}"
@@ -117,6 +121,8 @@ def failure(exc: Exception, command: str) -> tuple[int, str] | None:
         return 2, f"lakestream {command}: {exc}"
     if isinstance(exc, MaintenanceError):
         return 2, f"lakestream {command}: {exc}"
+    if isinstance(exc, GoldDataError):
+        return 1, f"lakestream {command}: the gold table breaks its contract: {exc}"
     if isinstance(exc, JobFailedError):
         return 1, f"lakestream {command}: job failed: {exc}"
     return None

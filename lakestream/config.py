@@ -8,6 +8,7 @@ rules and the override syntax (``LAKESTREAM__<SECTION>__<KEY>``) are in DESIGN.m
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 import re
 import typing
@@ -369,6 +370,46 @@ class ReconcileConfig:
             )
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or ``localhost``) is on the loopback interface only."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class ServeConfig:
+    """``lakestream serve``: where the gold metrics' HTTP server listens and how often its page refreshes.
+
+    Loopback by default: the server has no authentication, so another address needs ``allow_remote``
+    (``--allow-remote``) and is announced with a warning.
+    """
+
+    host: str = "127.0.0.1"
+    #: 0: a free port, chosen at start and printed.
+    port: int = 8000
+    allow_remote: bool = False
+    #: How often the page fetches the numbers again.
+    refresh: timedelta = timedelta(seconds=5)
+
+    def __post_init__(self) -> None:
+        """A bad address or port would only fail when the socket is bound; say which key to fix now."""
+        if not self.host.strip():
+            raise ConfigError('serve.host: must be an address such as "127.0.0.1", got an empty string')
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"serve.port: must be between 0 (a free port) and 65535, got {self.port}")
+        if self.refresh < timedelta(milliseconds=200):
+            raise ConfigError(f"serve.refresh: must be at least 200ms, got {self.refresh}")
+        if not self.allow_remote and not is_loopback(self.host):
+            raise ConfigError(
+                f"serve.host: {self.host!r} is not a loopback address and the server has no authentication; "
+                "set serve.allow_remote = true (or pass --allow-remote) to listen there anyway"
+            )
+
+
 @dataclass(frozen=True, slots=True)
 class Config:
     """The whole configuration; build it with :func:`load_config`."""
@@ -382,6 +423,7 @@ class Config:
     maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
     gold: GoldConfig = field(default_factory=GoldConfig)
     reconcile: ReconcileConfig = field(default_factory=ReconcileConfig)
+    serve: ServeConfig = field(default_factory=ServeConfig)
 
     def replace(self, section: str, **values: Any) -> Config:
         """A copy with some keys of one section changed (validated like the file)."""
@@ -400,6 +442,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "maintenance": MaintenanceConfig,
     "gold": GoldConfig,
     "reconcile": ReconcileConfig,
+    "serve": ServeConfig,
 }
 
 

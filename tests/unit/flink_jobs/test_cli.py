@@ -31,6 +31,8 @@ REQUIRED = {
     "maintain": ["history", "bronze/order_events"],
     "backfill": ["--from", "2024-06-01", "--to", "2024-06-02"],
     "reconcile": ["--from", "2024-06-01", "--to", "2024-06-02"],
+    "query": ["metrics", "--from", "2024-06-01", "--to", "2024-06-02"],
+    "serve": [],
     "demo": [],
 }
 #: Which shared flags each sub-command takes (--config: all of them).
@@ -43,6 +45,8 @@ TAKES = {
     "maintain": set(),  # its operations take --lakehouse (tests/unit/flink_jobs/test_maintain_cli.py)
     "backfill": {"lakehouse"},
     "reconcile": {"lakehouse"},
+    "query": set(),  # `query metrics` takes --lakehouse (tests/integration/test_query_metrics.py)
+    "serve": {"lakehouse"},
     "demo": {"lakehouse", "bootstrap_servers"},
 }
 
