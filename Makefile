@@ -34,7 +34,14 @@ tools:
 
 # The page of `lakestream serve` is tested in a real headless Chromium (tests/integration/test_serve_page.py).
 browser:
-	@command -v $(CHROMIUM) >/dev/null 2>&1 || { echo "lakestream: '$(CHROMIUM)' not found: the browser tests need Chromium (apt-get install chromium)"; exit 1; }
+	@command -v $(CHROMIUM) >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "lakestream: installing Debian's chromium for the browser tests (apt-get install chromium)"; \
+	    apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
+	  else \
+	    echo "lakestream: '$(CHROMIUM)' not found: the browser tests need Chromium (sudo apt-get install chromium)"; exit 1; \
+	  fi; }
+	@command -v $(CHROMIUM) >/dev/null 2>&1 || { echo "lakestream: '$(CHROMIUM)' still not found after installing it; set CHROMIUM=/path/to/chromium"; exit 1; }
 
 venv: $(STAMPS)/venv
 
