@@ -62,7 +62,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     """Recompute ``[--from, --to)`` from bronze at one version and replace it in gold in one commit."""
     cfg = load(args)
     start, end = parse_time(args.start, "--from"), parse_time(args.end, "--to")
-    backfill(cfg, cfg.lakehouse.table_uri(BRONZE_TABLE), start, end, report=_say)
+    backfill(cfg, cfg.lakehouse.table_uri(BRONZE_TABLE), start, end, report=_say, force=args.force)
     return 0
 
 
@@ -141,6 +141,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
         threshold=threshold,
         fix=args.fix,
         version=args.as_of,
+        include_open=args.include_open,
         report=_say,
         show=lambda differences, limit: print_differences(differences, limit, "gold against bronze"),
     )
@@ -168,6 +169,11 @@ def register(subparsers: SubParsers) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _range_flags(p)
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="also replace windows the speed layer may still update (they will miss its later events)",
+    )
     p = add_command(
         subparsers,
         "reconcile",
@@ -182,6 +188,11 @@ def register(subparsers: SubParsers) -> None:
         "--threshold", default=None, help="absolute difference allowed per metric (reconcile.threshold)"
     )
     p.add_argument("--fix", action="store_true", help="backfill the windows that differ above the threshold")
+    p.add_argument(
+        "--include-open",
+        action="store_true",
+        help="also compare windows the speed layer may still update (left out by default)",
+    )
     p.add_argument(
         "--as-of", type=int, default=None, metavar="VERSION", help="bronze version to recompute from"
     )

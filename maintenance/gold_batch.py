@@ -10,12 +10,13 @@ race. The contract (also towards the speed layer's MERGE): DESIGN.md section 11.
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Literal
 
@@ -37,11 +38,14 @@ from lakestream.gold import (
     format_time,
     gold_inputs,
     gold_rows,
+    window_of,
     windows_of_range,
 )
+from lakestream.progress import PROGRESS_KEY
 from maintenance.errors import MaintenanceError, TableMissingError
 from maintenance.facts import TableRef
 from maintenance.operations import with_retries
+from maintenance.retention import format_duration
 from sinks.retry_policy import RetryPolicy
 from sources.delta_log import DeltaLog, is_local_uri, local_path, normalize_schema
 
@@ -102,6 +106,76 @@ def check_range(start: datetime, end: datetime, settings: GoldSettings) -> list[
         raise RangeError(f"{exc}; pass window-aligned times (gold.window)") from None
     except ValueError as exc:
         raise RangeError(f"{exc}; pass --from before --to") from None
+
+
+class OpenWindowsError(RangeError):
+    """The range reaches windows the speed layer may still update (refused unless forced)."""
+
+
+#: Bronze commits searched (newest first) for the newest VALID event time each Kafka partition recorded.
+WATERMARK_HISTORY = 500
+_WATERMARK_PREFIX = "watermark/"
+
+
+def stream_watermark(bronze: DeltaTable, max_out_of_orderness: timedelta) -> datetime | None:
+    """A lower bound of the speed layer's watermark, from what ingest recorded in bronze's commits.
+
+    Ingest records per Kafka partition the newest VALID event time (``watermark/<topic>/<partition>``,
+    epoch ms) in the commit metadata of bronze (DESIGN.md section 9). The event-time gate's watermark is
+    the minimum over its active partitions of that time minus ``max_out_of_orderness``; taking every
+    recorded partition can only give a lower value. None when no ingest job wrote bronze.
+    """
+    newest: dict[str, int] = {}
+    for commit in bronze.history(limit=WATERMARK_HISTORY):
+        progress = commit.get(PROGRESS_KEY)
+        if isinstance(progress, str):  # other writers may keep custom metadata as JSON text
+            progress = json.loads(progress)
+        if not isinstance(progress, dict):
+            continue
+        for key, value in progress.items():
+            if key.startswith(_WATERMARK_PREFIX):
+                newest[key] = max(int(value), newest.get(key, int(value)))
+    if not newest:
+        return None
+    return datetime.fromtimestamp(min(newest.values()) / 1000, UTC) - max_out_of_orderness
+
+
+def first_open_window(watermark: datetime, settings: GoldSettings) -> datetime:
+    """The start of the oldest window the speed layer may still update at ``watermark``.
+
+    A window ``[s, e)`` takes events until the watermark passes ``e + allowed_lateness``; the window
+    holding ``watermark - allowed_lateness`` is the first whose end is not passed yet.
+    """
+    return window_of(watermark - settings.allowed_lateness, settings)[0]
+
+
+def open_from(bronze: DeltaTable, cfg: Config, settings: GoldSettings) -> tuple[datetime, datetime] | None:
+    """(first window the stream may still update, the watermark it follows from); None: no stream."""
+    watermark = stream_watermark(bronze, cfg.event_time.max_out_of_orderness)
+    return None if watermark is None else (first_open_window(watermark, settings), watermark)
+
+
+def check_closed(
+    end: datetime, bronze: DeltaTable, cfg: Config, settings: GoldSettings, *, flag: str = "--to"
+) -> None:
+    """``OpenWindowsError`` when ``[.., end)`` reaches windows the stream still updates.
+
+    A batch row is never changed by the stream (section 11), so backfilling an open window would
+    freeze it at what bronze holds now and drop the events still to come from it.
+    """
+    found = open_from(bronze, cfg, settings)
+    if found is None:
+        return
+    first_open, watermark = found
+    lateness = format_duration(settings.allowed_lateness)
+    if end > first_open:
+        raise OpenWindowsError(
+            f"{flag} {format_time(end)}: the windows from {format_time(first_open)} on are still open to the "
+            f"speed layer (its watermark as bronze recorded it is {format_time(watermark)}, and a window "
+            f"takes events until gold.allowed_lateness = {lateness} after its end); a "
+            "batch row is never updated by the stream, so it would miss their events still to come. "
+            f"Pass {flag} {format_time(first_open)} or earlier, or --force to replace them anyway"
+        )
 
 
 def open_bronze(uri: str, version: int | None) -> DeltaTable:
@@ -276,15 +350,20 @@ def backfill(
     report: Callable[[str], None] = lambda _line: None,
     sleep: Callable[[float], None] = time.sleep,
     before_commit: Callable[[], object] | None = None,
+    force: bool = False,
 ) -> BackfillResult:
     """Recompute ``[start, end)`` from bronze at one version and replace it in gold in one commit.
 
     On a lost commit race the replace is planned again on a fresh snapshot (``retry``); after the last
     attempt ``ConflictError`` (gold unchanged). Staged rows that fail ``check_rows`` raise
     ``StagingCheckError`` before gold is touched. ``before_commit`` runs after each attempt took its
-    snapshot and before it commits (tests put a concurrent writer's commit there).
+    snapshot and before it commits (tests put a concurrent writer's commit there). Windows the speed
+    layer may still update are refused (``OpenWindowsError``) unless ``force``.
     """
     settings = GoldSettings.from_config(cfg)
+    check_range(start, end, settings)
+    if not force:
+        check_closed(end, open_bronze(bronze_uri, None), cfg, settings)
     result = recompute(cfg, bronze_uri, start, end, version=version)
     report(
         f"backfill {format_time(start)} .. {format_time(end)}: bronze at version {result.bronze_version}, "

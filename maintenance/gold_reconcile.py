@@ -22,7 +22,17 @@ from lakestream.config import Config, ConfigError
 from lakestream.gold import GoldSettings, format_time
 from lakestream.reconcile import Difference, compare, contiguous_runs, fix_allowed, fixes_on
 from lakestream.standard import TIMESTAMP
-from maintenance.gold_batch import BackfillResult, Recompute, backfill, query, read_gold, recompute
+from maintenance.gold_batch import (
+    BackfillResult,
+    RangeError,
+    Recompute,
+    backfill,
+    open_bronze,
+    open_from,
+    query,
+    read_gold,
+    recompute,
+)
 
 UTC = timezone.utc
 VALUE = pa.decimal128(38, 2)
@@ -110,6 +120,29 @@ def record(
     write_deltalake(cfg.lakehouse.table_uri(cfg.reconcile.table), table, mode="append")
 
 
+def closed_end(
+    cfg: Config, bronze_uri: str, start: datetime, end: datetime, report: Callable[[str], None]
+) -> datetime:
+    """``end``, or the start of the first window the speed layer may still update when that is earlier."""
+    found = open_from(open_bronze(bronze_uri, None), cfg, GoldSettings.from_config(cfg))
+    if found is None or found[0] >= end:
+        return end
+    first_open, watermark = found
+    if first_open <= start:
+        raise RangeError(
+            f"--from {format_time(start)}: every window of the range is still open to the speed layer (its "
+            f"watermark as bronze recorded it is {format_time(watermark)}; the first open window starts "
+            f"{format_time(first_open)}): nothing to compare yet; pass --include-open to compare them anyway"
+        )
+    clipped = first_open
+    report(
+        f"reconcile: the windows from {format_time(first_open)} on are still open to the speed layer (its "
+        f"watermark as bronze recorded it is {format_time(watermark)}): compared up to "
+        f"{format_time(clipped)} only (--include-open compares them too)"
+    )
+    return clipped
+
+
 def reconcile(
     cfg: Config,
     bronze_uri: str,
@@ -122,17 +155,22 @@ def reconcile(
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
     report: Callable[[str], None] = lambda _line: None,
     show: Callable[[list[Difference], Decimal], None] = lambda _differences, _threshold: None,
+    include_open: bool = False,
 ) -> ReconcileResult:
     """Compare gold with the recompute of ``[start, end)``; with ``fix``, backfill what exceeds the threshold.
 
     Fixes contiguous windows as one backfill each, at the bronze version compared against, at most
     ``reconcile.max_fixes_per_day`` fix runs per UTC day (counted from the reconciliation table), and
-    re-checks gold afterwards. ``show`` gets the differences (and the threshold) before any fix.
+    re-checks gold afterwards. ``show`` gets the differences (and the threshold) before any fix. Windows
+    the speed layer may still update are left out (their realtime rows are still filling up, and a fix
+    would freeze them) unless ``include_open``; the range then ends at the first of them.
     """
     limit = cfg.reconcile.threshold if threshold is None else threshold
     if limit < 0:
         raise ConfigError(f"--threshold: must be zero or positive, got {limit}")
     run_id, run_time = uuid.uuid4().hex[:12], now()
+    if not include_open:
+        end = closed_end(cfg, bronze_uri, start, end, report)
     rec = recompute(cfg, bronze_uri, start, end, version=version)
     report(
         f"reconcile {format_time(start)} .. {format_time(end)}: bronze at version {rec.bronze_version}, "

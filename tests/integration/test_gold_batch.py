@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, write_deltalake
+from deltalake import CommitProperties, DeltaTable, write_deltalake
 
 from lakestream.adapters import get_adapter
 from lakestream.config import Config, load_config
@@ -444,3 +444,62 @@ def test_backfill_replans_after_a_conflicting_commit_and_fails_cleanly_when_it_k
     assert metrics_of(gold) == expected and {r["layer"] for r in gold} == {LAYER_BATCH}
     _assert_one_row_per_window_in_every_version(uri)
     assert windows_of_range(T1, T2, GoldSettings()) == [r["window_start"] for r in gold]
+
+
+def _record_stream_progress(cfg: Config, newest: dict[str, datetime]) -> None:
+    """A bronze commit as ingest makes it: no rows here, the newest VALID event time per partition."""
+    uri = cfg.lakehouse.table_uri("bronze/order_events")
+    progress = {f"watermark/{split}": int(t.timestamp() * 1000) for split, t in newest.items()}
+    write_deltalake(
+        uri,
+        bronze_batch([], ingest_time=T2),
+        mode="append",
+        partition_by=list(cfg.tables.bronze_partition_by),
+        commit_properties=CommitProperties(custom_metadata={"lakestream.progress": progress}),
+    )
+
+
+def test_windows_the_stream_still_updates_are_not_frozen_by_a_batch_row(
+    lake: tuple[Config, list[dict[str, Any]], int],
+) -> None:
+    cfg, expected, _ = lake
+    # The slowest partition saw 04:40: watermark 04:35 (5 min out of order), and a window takes events
+    # until 10 min (allowed lateness) after its end: 04:25-04:30 is the first window still open.
+    slowest, fastest = T1 + timedelta(minutes=40), T2 + timedelta(hours=1)
+    _record_stream_progress(cfg, {"orders.db.changes/0": slowest, "payments.callbacks/0": fastest})
+    run = lakestream(cfg, "backfill", "--from", "2024-06-01T04:00:00Z", "--to", "2024-06-01T05:00:00Z")
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert run.stderr.strip().startswith(
+        "lakestream backfill: --to 2024-06-01T05:00:00Z: "
+        "the windows from 2024-06-01T04:25:00Z on are still open"
+    ), run.stderr
+    assert "Pass --to 2024-06-01T04:25:00Z or earlier, or --force" in run.stderr
+    assert not (Path(cfg.lakehouse.table_uri(cfg.gold.table)) / "_delta_log").exists()  # nothing written
+
+    run = lakestream(cfg, "backfill", "--from", "2024-06-01T04:00:00Z", "--to", "2024-06-01T04:25:00Z")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert [r["window_start"] for r in read_gold(cfg, T1, T2)] == [
+        T1 + timedelta(minutes=5 * i) for i in range(5)
+    ]
+
+    # Reconcile compares the closed windows only: an open window whose realtime row is still filling
+    # up is no difference yet, unless asked.
+    open_window = T1 + timedelta(minutes=40)
+    _realtime(cfg, expected, {open_window: 0})
+    run = lakestream(cfg, "reconcile", "--from", "2024-06-01T04:00:00Z", "--to", "2024-06-01T05:00:00Z")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "the windows from 2024-06-01T04:25:00Z on are still open" in run.stdout
+    run = lakestream(
+        cfg, "reconcile", "--from", "2024-06-01T04:00:00Z", "--to", "2024-06-01T05:00:00Z", "--include-open"
+    )
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "2024-06-01T04:40:00Z" in run.stdout.split("differ above the threshold 0: ")[1]
+
+    run = lakestream(cfg, "reconcile", "--from", "2024-06-01T04:30:00Z", "--to", "2024-06-01T05:00:00Z")
+    assert run.returncode == 2 and "nothing to compare yet" in run.stderr, run.stdout + run.stderr
+
+    run = lakestream(
+        cfg, "backfill", "--from", "2024-06-01T04:00:00Z", "--to", "2024-06-01T05:00:00Z", "--force"
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert metrics_of(read_gold(cfg, T1, T2)) == expected

@@ -12,7 +12,7 @@ import pytest
 from flink_jobs.gold_batch import parse_threshold, parse_time
 from lakestream.config import ConfigError
 from lakestream.gold import GOLD_INPUT_SCHEMA, GOLD_SCHEMA, GoldSettings, aggregate, gold_rows
-from maintenance.gold_batch import check_rows, range_predicate
+from maintenance.gold_batch import check_rows, first_open_window, range_predicate
 
 UTC = timezone.utc
 T1 = datetime(2024, 6, 1, 4, tzinfo=UTC)
@@ -77,3 +77,25 @@ def test_range_predicate_spells_utc_times() -> None:
     assert range_predicate("window_start", T1, T2) == (
         "window_start >= '2024-06-01T04:00:00Z' AND window_start < '2024-06-01T04:20:00Z'"
     )
+
+
+@pytest.mark.parametrize(
+    ("watermark", "first_open"),
+    [
+        # 04:35 - 10 min lateness = 04:25: the window 04:25-04:30 has not passed its end + lateness.
+        (datetime(2024, 6, 1, 4, 35, tzinfo=timezone.utc), datetime(2024, 6, 1, 4, 25, tzinfo=timezone.utc)),
+        # On a boundary: 04:30 + 10 min = 04:40 passed exactly, so 04:30-04:35 is still open, 04:25 closed.
+        (datetime(2024, 6, 1, 4, 40, tzinfo=timezone.utc), datetime(2024, 6, 1, 4, 30, tzinfo=timezone.utc)),
+        (
+            datetime(1969, 12, 31, 23, 59, tzinfo=timezone.utc),
+            datetime(1969, 12, 31, 23, 45, tzinfo=timezone.utc),
+        ),
+    ],
+)
+def test_the_first_open_window_is_the_one_whose_end_plus_lateness_is_not_passed(
+    watermark: datetime, first_open: datetime
+) -> None:
+    settings = GoldSettings(window=timedelta(minutes=5), allowed_lateness=timedelta(minutes=10))
+    assert first_open_window(watermark, settings) == first_open
+    assert first_open + settings.window + settings.allowed_lateness > watermark
+    assert first_open + settings.allowed_lateness <= watermark  # the window before it is closed
