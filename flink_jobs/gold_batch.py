@@ -13,30 +13,18 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import datetime, timezone
+from datetime import timezone
 from decimal import Decimal, InvalidOperation
 
 from flink_jobs.cli_common import SubParsers, add_command, load
 from flink_jobs.ingest import BRONZE_TABLE
 from lakestream.config import ConfigError
-from lakestream.gold import format_time
 from lakestream.reconcile import Difference
+from lakestream.time_args import ACCEPTED_FORMS, iso_utc, parse_time
 from maintenance.gold_batch import backfill
 from maintenance.gold_reconcile import ReconcileResult, reconcile
 
 UTC = timezone.utc
-TIME_FORMS = "2024-06-01, 2024-06-01T04:00:00Z or 2024-06-01T12:00:00+08:00 (no offset: UTC)"
-
-
-def parse_time(text: str, flag: str) -> datetime:
-    """An ISO 8601 date or time of flag ``flag`` as an aware datetime; a time without offset is UTC."""
-    try:
-        when = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise ConfigError(
-            f"{flag} {text!r}: expected an ISO 8601 date or time such as {TIME_FORMS}"
-        ) from None
-    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
 
 
 def parse_threshold(text: str | None) -> Decimal | None:
@@ -61,7 +49,7 @@ def _say(line: str) -> None:
 def cmd_backfill(args: argparse.Namespace) -> int:
     """Recompute ``[--from, --to)`` from bronze at one version and replace it in gold in one commit."""
     cfg = load(args)
-    start, end = parse_time(args.start, "--from"), parse_time(args.end, "--to")
+    start, end = parse_time(args.start, name="--from"), parse_time(args.end, name="--to")
     backfill(cfg, cfg.lakehouse.table_uri(BRONZE_TABLE), start, end, report=_say, force=args.force)
     return 0
 
@@ -81,7 +69,7 @@ def print_differences(differences: list[Difference], threshold: Decimal, title: 
     for d in differences:
         mark = "" if d.exceeds(threshold) else " (within threshold)"
         table.add_row(
-            f"{format_time(d.window_start)} .. {format_time(d.window_end)}",
+            f"{iso_utc(d.window_start)} .. {iso_utc(d.window_end)}",
             d.metric,
             _value(d.gold),
             _value(d.recomputed),
@@ -92,7 +80,7 @@ def print_differences(differences: list[Difference], threshold: Decimal, title: 
 
 def _windows(differences: list[Difference]) -> str:
     starts = sorted({d.window_start for d in differences})
-    return ", ".join(format_time(s) for s in starts)
+    return ", ".join(iso_utc(s) for s in starts)
 
 
 def describe(result: ReconcileResult, max_fixes: int) -> list[str]:
@@ -116,7 +104,7 @@ def describe(result: ReconcileResult, max_fixes: int) -> list[str]:
         )
     elif result.after is not None:
         ranges = ", ".join(
-            f"{format_time(b.recompute.start)} .. {format_time(b.recompute.end)}" for b in result.fixed
+            f"{iso_utc(b.recompute.start)} .. {iso_utc(b.recompute.end)}" for b in result.fixed
         )
         lines.append(f"reconcile: fixed by {len(result.fixed)} backfill(s): {ranges}")
         if result.after:
@@ -131,7 +119,7 @@ def describe(result: ReconcileResult, max_fixes: int) -> list[str]:
 def cmd_reconcile(args: argparse.Namespace) -> int:
     """Compare gold with a recompute from bronze; exit 1 when a metric differs by more than the threshold."""
     cfg = load(args)
-    start, end = parse_time(args.start, "--from"), parse_time(args.end, "--to")
+    start, end = parse_time(args.start, name="--from"), parse_time(args.end, name="--to")
     threshold = parse_threshold(args.threshold)
     result = reconcile(
         cfg,
@@ -152,7 +140,11 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
 
 def _range_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--from", dest="start", required=True, metavar="T1", help=f"range start, e.g. {TIME_FORMS}"
+        "--from",
+        dest="start",
+        required=True,
+        metavar="T1",
+        help=f"range start, e.g. {ACCEPTED_FORMS} (no offset: UTC)",
     )
     p.add_argument("--to", dest="end", required=True, metavar="T2", help="range end (exclusive)")
 

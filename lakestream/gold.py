@@ -25,6 +25,7 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 from lakestream.adapters import orders_db, payments
 from lakestream.config import Config, check_gold_window
 from lakestream.standard import AMOUNT, TIMESTAMP, StandardEvent
+from lakestream.time_args import iso_utc
 
 UTC = timezone.utc
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -188,12 +189,6 @@ def is_aligned(t: datetime, settings: GoldSettings) -> bool:
     return to_us(t) % settings.window_us == 0
 
 
-def format_time(t: datetime) -> str:
-    """ISO 8601 in UTC with a ``Z`` (``2024-06-01T04:00:00Z``), as the CLI prints and reads times."""
-    text = t.astimezone(UTC).isoformat().replace("+00:00", "Z")
-    return text
-
-
 def windows_of_range(
     start: datetime, end: datetime, settings: GoldSettings, *, names: tuple[str, str] = ("start", "end")
 ) -> list[datetime]:
@@ -207,12 +202,12 @@ def windows_of_range(
         if not is_aligned(t, settings):
             below, above = window_of(t, settings)
             raise WindowAlignmentError(
-                f"{name} {format_time(t)} is not on a {_describe(settings.window)} window boundary; "
-                f"the nearest are {format_time(below)} and {format_time(above)}",
+                f"{name} {iso_utc(t)} is not on a {_describe(settings.window)} window boundary; "
+                f"the nearest are {iso_utc(below)} and {iso_utc(above)}",
                 (below, above),
             )
     if start >= end:
-        raise ValueError(f"{names[0]} {format_time(start)} must be before {names[1]} {format_time(end)}")
+        raise ValueError(f"{names[0]} {iso_utc(start)} must be before {names[1]} {iso_utc(end)}")
     first, last, step = to_us(start), to_us(end), settings.window_us
     return [from_us(us) for us in range(first, last, step)]
 

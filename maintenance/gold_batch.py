@@ -35,13 +35,13 @@ from lakestream.gold import (
     WindowAlignmentError,
     aggregate,
     ensure_gold_table,
-    format_time,
     gold_inputs,
     gold_rows,
     window_of,
     windows_of_range,
 )
 from lakestream.progress import PROGRESS_KEY
+from lakestream.time_args import iso_utc
 from maintenance.errors import MaintenanceError, TableMissingError
 from maintenance.facts import TableRef
 from maintenance.operations import with_retries
@@ -170,11 +170,11 @@ def check_closed(
     lateness = format_duration(settings.allowed_lateness)
     if end > first_open:
         raise OpenWindowsError(
-            f"{flag} {format_time(end)}: the windows from {format_time(first_open)} on are still open to the "
-            f"speed layer (its watermark as bronze recorded it is {format_time(watermark)}, and a window "
+            f"{flag} {iso_utc(end)}: the windows from {iso_utc(first_open)} on are still open to the "
+            f"speed layer (its watermark as bronze recorded it is {iso_utc(watermark)}, and a window "
             f"takes events until gold.allowed_lateness = {lateness} after its end); a "
             "batch row is never updated by the stream, so it would miss their events still to come. "
-            f"Pass {flag} {format_time(first_open)} or earlier, or --force to replace them anyway"
+            f"Pass {flag} {iso_utc(first_open)} or earlier, or --force to replace them anyway"
         )
 
 
@@ -201,7 +201,7 @@ def open_bronze(uri: str, version: int | None) -> DeltaTable:
 
 
 def _literal(t: datetime) -> str:
-    return f"'{format_time(t)}'"
+    return f"'{iso_utc(t)}'"
 
 
 def range_predicate(column: str, start: datetime, end: datetime) -> str:
@@ -366,7 +366,7 @@ def backfill(
         check_closed(end, open_bronze(bronze_uri, None), cfg, settings)
     result = recompute(cfg, bronze_uri, start, end, version=version)
     report(
-        f"backfill {format_time(start)} .. {format_time(end)}: bronze at version {result.bronze_version}, "
+        f"backfill {iso_utc(start)} .. {iso_utc(end)}: bronze at version {result.bronze_version}, "
         f"{result.rows_read} row(s) read, {result.inputs} input(s), {result.metrics.num_rows} window(s)"
     )
     rows = gold_rows(
@@ -383,7 +383,7 @@ def backfill(
     problems = check_rows(staged, start, end, settings)
     if problems:
         raise StagingCheckError(
-            f"the staged rows of {format_time(start)} .. {format_time(end)} in {staged_uri} fail their check "
+            f"the staged rows of {iso_utc(start)} .. {iso_utc(end)} in {staged_uri} fail their check "
             f"({'; '.join(problems)}); gold is unchanged and the staging table is kept for inspection"
         )
     staged = staged.cast(GOLD_SCHEMA)
@@ -412,7 +412,7 @@ def backfill(
     gold_version = DeltaTable(ref.uri).version()
     report(
         f"backfill: replaced {rows.num_rows} window(s) of {ref.name} in version {gold_version} "
-        f"({attempts} attempt(s)); data_time {format_time(result.data_time)} (from the bronze "
+        f"({attempts} attempt(s)); data_time {iso_utc(result.data_time)} (from the bronze "
         f"{'ingest times' if result.data_time_from == 'ingest_time' else 'commit time, no row in range'})"
     )
     return BackfillResult(

@@ -19,9 +19,10 @@ from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
 from lakestream.config import Config, ConfigError
-from lakestream.gold import GoldSettings, format_time
+from lakestream.gold import GoldSettings
 from lakestream.reconcile import Difference, compare, contiguous_runs, fix_allowed, fixes_on
 from lakestream.standard import TIMESTAMP
+from lakestream.time_args import iso_utc
 from maintenance.gold_batch import (
     BackfillResult,
     RangeError,
@@ -130,15 +131,15 @@ def closed_end(
     first_open, watermark = found
     if first_open <= start:
         raise RangeError(
-            f"--from {format_time(start)}: every window of the range is still open to the speed layer (its "
-            f"watermark as bronze recorded it is {format_time(watermark)}; the first open window starts "
-            f"{format_time(first_open)}): nothing to compare yet; pass --include-open to compare them anyway"
+            f"--from {iso_utc(start)}: every window of the range is still open to the speed layer (its "
+            f"watermark as bronze recorded it is {iso_utc(watermark)}; the first open window starts "
+            f"{iso_utc(first_open)}): nothing to compare yet; pass --include-open to compare them anyway"
         )
     clipped = first_open
     report(
-        f"reconcile: the windows from {format_time(first_open)} on are still open to the speed layer (its "
-        f"watermark as bronze recorded it is {format_time(watermark)}): compared up to "
-        f"{format_time(clipped)} only (--include-open compares them too)"
+        f"reconcile: the windows from {iso_utc(first_open)} on are still open to the speed layer (its "
+        f"watermark as bronze recorded it is {iso_utc(watermark)}): compared up to "
+        f"{iso_utc(clipped)} only (--include-open compares them too)"
     )
     return clipped
 
@@ -173,7 +174,7 @@ def reconcile(
         end = closed_end(cfg, bronze_uri, start, end, report)
     rec = recompute(cfg, bronze_uri, start, end, version=version)
     report(
-        f"reconcile {format_time(start)} .. {format_time(end)}: bronze at version {rec.bronze_version}, "
+        f"reconcile {iso_utc(start)} .. {iso_utc(end)}: bronze at version {rec.bronze_version}, "
         f"{rec.rows_read} row(s) read, {rec.metrics.num_rows} window(s)"
     )
     expected = rec.metrics.to_pylist()

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from flink_jobs.gold_batch import parse_threshold, parse_time
+from flink_jobs.gold_batch import parse_threshold
 from lakestream.config import ConfigError
 from lakestream.gold import GOLD_INPUT_SCHEMA, GOLD_SCHEMA, GoldSettings, aggregate, gold_rows
 from maintenance.gold_batch import check_rows, first_open_window, range_predicate
@@ -54,15 +54,6 @@ def test_each_broken_rule_is_named() -> None:
         pc.if_else(pa.array([True, False, True, True]), good["data_time"], None),
     )
     assert any("data_time: 1 null" in p for p in check_rows(nulls, T1, T2, S))
-
-
-def test_times_on_the_command_line() -> None:
-    assert parse_time("2024-06-01", "--from") == datetime(2024, 6, 1, tzinfo=UTC)
-    assert parse_time("2024-06-01T04:00:00Z", "--from") == T1
-    assert parse_time("2024-06-01T04:00", "--from") == T1
-    assert parse_time("2024-06-01T12:00:00+08:00", "--to") == T1
-    with pytest.raises(ConfigError, match=r"--to '1 June'.*2024-06-01T04:00:00Z.*no offset: UTC"):
-        parse_time("1 June", "--to")
 
 
 def test_threshold_on_the_command_line() -> None:
