@@ -183,7 +183,8 @@ def reconcile(
     if differences:
         show(differences, limit)
     base = ReconcileResult(run_id, rec, limit, differences, exceeding)
-    if not exceeding or not fix:
+
+    def save(fixed: set[datetime]) -> None:
         record(
             cfg,
             run_id,
@@ -191,21 +192,16 @@ def reconcile(
             differences,
             threshold=limit,
             bronze_version=rec.bronze_version,
-            fixed=set(),
+            fixed=fixed,
         )
+
+    if not exceeding or not fix:
+        save(set())
         return base
     previous = fix_runs(cfg)
     today = fixes_on(run_time.astimezone(UTC).date(), previous)
     if not fix_allowed(run_time, previous, cfg.reconcile.max_fixes_per_day):
-        record(
-            cfg,
-            run_id,
-            run_time,
-            differences,
-            threshold=limit,
-            bronze_version=rec.bronze_version,
-            fixed=set(),
-        )
+        save(set())
         return ReconcileResult(
             run_id, rec, limit, differences, exceeding, budget_spent=True, fixes_today=today
         )
@@ -219,15 +215,7 @@ def reconcile(
             )
             fixed |= {d.window_start for d in exceeding if run_start <= d.window_start < run_end}
     finally:
-        record(
-            cfg,
-            run_id,
-            run_time,
-            differences,
-            threshold=limit,
-            bronze_version=rec.bronze_version,
-            fixed=fixed,
-        )
+        save(fixed)
     after = [d for d in compare(read_gold(cfg, start, end), expected) if d.exceeds(limit)]
     return ReconcileResult(
         run_id, rec, limit, differences, exceeding, fixed=done, fixes_today=today + 1, after=after
