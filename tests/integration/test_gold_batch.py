@@ -150,11 +150,11 @@ def lake(tmp_path: Path) -> tuple[Config, list[dict[str, Any]], int]:
     return cfg, expected, DeltaTable(uri).version()
 
 
-def lakestream(cfg: Config, *args: str) -> subprocess.CompletedProcess[str]:
+def lakestream(cfg: Config, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "flink_jobs", *args],
         cwd=ROOT,
-        env={**os.environ, "LAKESTREAM__LAKEHOUSE__ROOT": cfg.lakehouse.root},
+        env={**os.environ, "LAKESTREAM__LAKEHOUSE__ROOT": cfg.lakehouse.root, **env},
         capture_output=True,
         text=True,
         timeout=300,
@@ -304,27 +304,10 @@ def test_fix_budget_stops_fixing_and_names_the_windows(
     busy = [r["window_start"] for r in expected if r["events"] >= 2]
     args = ("reconcile", "--from", "2024-06-01T04:00:00Z", "--to", "2024-06-01T05:00:00Z", "--fix")
     _realtime(cfg, expected, {busy[0]: 1})
-    env = {**os.environ, "LAKESTREAM__LAKEHOUSE__ROOT": cfg.lakehouse.root, **one_a_day}
-    first = subprocess.run(
-        [sys.executable, "-m", "flink_jobs", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    first = lakestream(cfg, *args, **one_a_day)
     assert first.returncode == 0, first.stdout + first.stderr
     _realtime(cfg, expected, {busy[2]: 1})
-    second = subprocess.run(
-        [sys.executable, "-m", "flink_jobs", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    second = lakestream(cfg, *args, **one_a_day)
     assert second.returncode == 1, second.stdout + second.stderr
     assert "a person must look at these windows: " + busy[2].strftime("%Y-%m-%dT%H:%M:%SZ") in second.stdout
     assert read_gold(cfg, T1, T2) and {r["layer"] for r in read_gold(cfg, T1, T2)} == {LAYER_REALTIME}
