@@ -306,6 +306,69 @@ class MaintenanceConfig:
         return tuple(c.strip() for c in self.zorder.get(table, "").split(",") if c.strip())
 
 
+def check_gold_window(window: timedelta, allowed_lateness: timedelta) -> None:
+    """Refuse a gold window that does not tile a UTC day in whole minutes, or a negative lateness.
+
+    Whole minutes: the Flink SQL interpretation of the window (``lakestream.gold.flink_sql``) floors
+    event times to minutes; dividing a day evenly: every UTC day starts a window, so windows of
+    different days and of the batch and speed layers line up.
+    """
+    minutes, rest = divmod(window, timedelta(minutes=1))
+    if window <= timedelta(0) or rest or (24 * 60) % minutes:
+        raise ConfigError(
+            f"gold.window: must be a whole number of minutes that divides a day evenly (e.g. '1m', '5m', "
+            f"'15m', '1h', '1d'), got {window}"
+        )
+    if allowed_lateness < timedelta(0):
+        raise ConfigError(f"gold.allowed_lateness: must be zero or positive, got {allowed_lateness}")
+
+
+@dataclass(frozen=True, slots=True)
+class GoldConfig:
+    """The gold metrics table (``lakestream.gold``): its window, lateness, location and speed layer.
+
+    ``allowed_lateness`` is how long after a window's end (in watermark time) the speed layer still
+    updates it; later events reach gold only through ``lakestream backfill`` (DESIGN.md section 11).
+    """
+
+    window: timedelta = timedelta(minutes=5)
+    allowed_lateness: timedelta = timedelta(minutes=10)
+    table: str = "gold/order_metrics_5m"
+    #: Whether ``ingest`` also computes the realtime rows (the speed layer).
+    enabled: bool = True
+
+    def __post_init__(self) -> None:
+        """A window that does not tile a day would put the layers' windows at different starts."""
+        check_gold_window(self.window, self.allowed_lateness)
+        if not self.table.strip("/"):
+            raise ConfigError(
+                'gold.table: must name a table under lakehouse.root, e.g. "gold/order_metrics_5m"'
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileConfig:
+    """What ``lakestream reconcile`` calls a difference, how often it may fix, and where it records.
+
+    ``threshold`` is absolute and per metric: a window's metric differs when
+    ``|gold - recomputed| > threshold`` (0: any difference).
+    """
+
+    threshold: Decimal = Decimal(0)
+    #: Fix runs (``reconcile --fix`` that backfilled something) allowed per UTC day.
+    max_fixes_per_day: int = 2
+    table: str = "ops/reconciliation"
+
+    def __post_init__(self) -> None:
+        """A negative threshold would report every window, equal ones included."""
+        if self.threshold < 0:
+            raise ConfigError(f"reconcile.threshold: must be zero or positive, got {self.threshold}")
+        if not self.table.strip("/"):
+            raise ConfigError(
+                'reconcile.table: must name a table under lakehouse.root, e.g. "ops/reconciliation"'
+            )
+
+
 @dataclass(frozen=True, slots=True)
 class Config:
     """The whole configuration; build it with :func:`load_config`."""
@@ -317,6 +380,8 @@ class Config:
     quality: QualityConfig = field(default_factory=QualityConfig)
     tables: TablesConfig = field(default_factory=TablesConfig)
     maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
+    gold: GoldConfig = field(default_factory=GoldConfig)
+    reconcile: ReconcileConfig = field(default_factory=ReconcileConfig)
 
     def replace(self, section: str, **values: Any) -> Config:
         """A copy with some keys of one section changed (validated like the file)."""
@@ -333,6 +398,8 @@ _SECTIONS: dict[str, type[Any]] = {
     "quality": QualityConfig,
     "tables": TablesConfig,
     "maintenance": MaintenanceConfig,
+    "gold": GoldConfig,
+    "reconcile": ReconcileConfig,
 }
 
 
