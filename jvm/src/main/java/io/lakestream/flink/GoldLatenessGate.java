@@ -1,10 +1,13 @@
 package io.lakestream.flink;
 
+import org.apache.flink.api.common.state.ListState;
+import org.apache.flink.api.common.state.ListStateDescriptor;
 import org.apache.flink.api.common.typeinfo.TypeInformation;
 import org.apache.flink.api.common.typeinfo.Types;
 import org.apache.flink.api.java.typeutils.RowTypeInfo;
 import org.apache.flink.metrics.Counter;
 import org.apache.flink.metrics.MetricGroup;
+import org.apache.flink.runtime.state.StateInitializationContext;
 import org.apache.flink.streaming.api.operators.AbstractStreamOperator;
 import org.apache.flink.streaming.api.operators.OneInputStreamOperator;
 import org.apache.flink.streaming.runtime.streamrecord.StreamRecord;
@@ -26,7 +29,15 @@ import org.apache.flink.types.Row;
  * come out as {@link #eventType()} rows, whose record timestamp is the event time: the rowtime of
  * the gold SQL.
  *
- * <p>Stateless; watermarks pass through unchanged.
+ * <p>A new lineage (DESIGN.md section 9: every {@code --bounded} run, a settled or {@code --fresh}
+ * start) begins with empty SQL state, while the gold table holds the previous lineage's rows, which
+ * counted events this one never sees. Recomputing such a window from this lineage's events alone
+ * would replace a complete row with a partial one, so the windows that start at or before {@code
+ * lineageStartMillis} (the newest event time the previous lineage recorded, over all partitions; no
+ * cut for a first run) are left to the batch layer too ({@code lakestream.gold_events_before_lineage}).
+ * The cut is kept in union operator state: a restore keeps its lineage's cut whatever it is given.
+ *
+ * <p>Watermarks pass through unchanged.
  */
 public class GoldLatenessGate extends AbstractStreamOperator<Row> implements OneInputStreamOperator<Row, Row> {
 
@@ -39,13 +50,28 @@ public class GoldLatenessGate extends AbstractStreamOperator<Row> implements One
     public static final int ORDER_ID = 3;
     public static final int USER_ID = 4;
 
+    /** {@code lineageStartMillis} of a lineage without a predecessor: no window is cut. */
+    public static final long NO_CUT = Long.MIN_VALUE;
+
     private final long windowMillis;
     private final long allowedLatenessMillis;
+    private final long lineageStartMillis;
 
+    private transient ListState<Long> cutState;
+    private transient long cut;
     private transient Counter kept;
     private transient Counter beyond;
+    private transient Counter beforeLineage;
 
     public GoldLatenessGate(long windowMillis, long allowedLatenessMillis) {
+        this(windowMillis, allowedLatenessMillis, NO_CUT);
+    }
+
+    /**
+     * @param lineageStartMillis the newest event time of the lineage this one continues ({@link
+     *     #NO_CUT} for none): windows starting at or before it are not recomputed
+     */
+    public GoldLatenessGate(long windowMillis, long allowedLatenessMillis, long lineageStartMillis) {
         if (windowMillis < 1) {
             throw new IllegalArgumentException("gold.window must be at least 1 ms, got " + windowMillis + " ms");
         }
@@ -55,6 +81,34 @@ public class GoldLatenessGate extends AbstractStreamOperator<Row> implements One
         }
         this.windowMillis = windowMillis;
         this.allowedLatenessMillis = allowedLatenessMillis;
+        this.lineageStartMillis = lineageStartMillis;
+    }
+
+    @Override
+    public void initializeState(StateInitializationContext context) throws Exception {
+        super.initializeState(context);
+        cutState =
+                context.getOperatorStateStore()
+                        .getUnionListState(
+                                new ListStateDescriptor<>("lakestream-gold-lineage-start", Long.class));
+        cut = lineageStartMillis;
+        if (context.isRestored()) {
+            boolean any = false;
+            long restored = NO_CUT;
+            for (Long value : cutState.get()) {
+                restored = any ? Math.max(restored, value) : value;
+                any = true;
+            }
+            if (any) {
+                cut = restored;
+            }
+        }
+        cutState.update(java.util.List.of(cut));
+    }
+
+    /** The cut in force (for tests). */
+    long cut() {
+        return cut;
     }
 
     /** One event: epoch-ms event time, gold kind, amount in fen (null: none), order id, user id. */
@@ -87,6 +141,7 @@ public class GoldLatenessGate extends AbstractStreamOperator<Row> implements One
         MetricGroup group = getMetricGroup().addGroup("lakestream");
         kept = group.counter("gold_events");
         beyond = group.counter("gold_events_beyond_lateness");
+        beforeLineage = group.counter("gold_events_before_lineage");
     }
 
     @Override
@@ -99,17 +154,27 @@ public class GoldLatenessGate extends AbstractStreamOperator<Row> implements One
         String[] users = (String[]) in.getField(KeyedDedupEpochOperator.GOLD_EVENT_USER_IDS);
         long[] arrival = (long[]) in.getField(KeyedDedupEpochOperator.GOLD_EVENT_ARRIVAL_WATERMARKS);
         int dropped = 0;
+        int cutOff = 0;
         for (int k = 0; k < times.length; k++) {
             long t = times[k];
             if (beyondLateness(t, arrival[k], windowMillis, allowedLatenessMillis)) {
                 dropped++;
                 continue;
             }
+            if (cut != NO_CUT && windowEnd(t, windowMillis) - windowMillis <= cut) {
+                cutOff++;
+                continue;
+            }
             Long amount = amounts[k] == EventTimeGate.NO_AMOUNT ? null : amounts[k];
             output.collect(new StreamRecord<>(Row.of(t, kinds[k], amount, orders[k], users[k]), t));
         }
-        kept.inc(times.length - dropped);
+        kept.inc(times.length - dropped - cutOff);
         beyond.inc(dropped);
+        beforeLineage.inc(cutOff);
+    }
+
+    Counter beforeLineageCounter() {
+        return beforeLineage;
     }
 
     Counter keptCounter() {

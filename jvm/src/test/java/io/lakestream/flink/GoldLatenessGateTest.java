@@ -92,6 +92,39 @@ class GoldLatenessGateTest {
     }
 
     @Test
+    void aNewLineageLeavesTheWindowsOfThePreviousOneAloneAndARestoreKeepsItsCut() throws Exception {
+        long cutAt = 10 * W + 100; // the previous lineage's newest event: window [10W, 11W) is its
+        long[] times = {10 * W - 1, 10 * W, 11 * W - 1, 11 * W};
+        long[] arrival = new long[4];
+        org.apache.flink.runtime.checkpoint.OperatorSubtaskState state;
+        GoldLatenessGate op = new GoldLatenessGate(W, 0, cutAt);
+        try (OneInputStreamOperatorTestHarness<Row, Row> h = Harnesses.oneInput(op, new JobID(), 1, 0)) {
+            h.open();
+            h.processElement(in(times, arrival), 0);
+            List<StreamRecord<Row>> out = records(h);
+            assertEquals(1, out.size());
+            assertEquals(11 * W, out.get(0).getTimestamp());
+            assertEquals(3, op.beforeLineageCounter().getCount());
+            assertEquals(0, op.beyondCounter().getCount());
+            state = h.snapshot(1, 0);
+        }
+        // Restored with another (or no) cut: the lineage's own stays.
+        GoldLatenessGate restored = new GoldLatenessGate(W, 0);
+        try (OneInputStreamOperatorTestHarness<Row, Row> h = Harnesses.oneInput(restored, new JobID(), 1, 0)) {
+            h.initializeState(state);
+            h.open();
+            assertEquals(cutAt, restored.cut());
+        }
+        // A first lineage cuts nothing.
+        GoldLatenessGate first = new GoldLatenessGate(W, 0);
+        try (OneInputStreamOperatorTestHarness<Row, Row> h = Harnesses.oneInput(first, new JobID(), 1, 0)) {
+            h.open();
+            h.processElement(in(times, arrival), 0);
+            assertEquals(4, records(h).size());
+        }
+    }
+
+    @Test
     void refusesBadSettings() {
         assertThrows(IllegalArgumentException.class, () -> new GoldLatenessGate(0, 0));
         assertThrows(IllegalArgumentException.class, () -> new GoldLatenessGate(W, -1));
