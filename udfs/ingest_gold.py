@@ -133,7 +133,8 @@ def gold_row(payload: Any) -> tuple[Any, ...]:
             out.append((Decimal(value) * _FEN).quantize(_FEN))
         else:
             out.append(value)
-    # No watermark yet (only before a partition's second event): the epoch, "nothing is complete".
+    # No watermark yet (the first seconds of a run, or up to the idleness timeout while some gate
+    # subtask has no partition with records): the epoch, "nothing is known to be complete".
     out += [
         LAYER_REALTIME,
         _from_ms(data_time) if data_time is not None else EPOCH,
@@ -232,7 +233,7 @@ def speed_layer(
     fields = get_gateway().new_array(jvm.java.lang.String, len(EXPORTED))
     for i, name in enumerate(EXPORTED):
         fields[i] = name
-    upsert = flink.GoldUpsertEpochOperator("window_start", fields, 2)
+    upsert = flink.GoldUpsertEpochOperator("window_start", "window_end", fields, 2)
     j_marked = (
         changelog._j_data_stream.transform(
             "gold rows + markers", flink.GoldUpsertEpochOperator.markedPayloadType(fields), upsert

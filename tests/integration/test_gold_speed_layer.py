@@ -127,7 +127,7 @@ def behaviour_event(partition: int, eid: str, at: datetime, uid: str | None) -> 
     )
 
 
-def scenario(seed: int, minutes: int = 60) -> list[Event]:
+def scenario(seed: int, minutes: int = 60, late_ratio: float = 0.1) -> list[Event]:
     """Per partition, a timeline advancing over ``minutes`` with out-of-order jitter inside the bound,
     re-deliveries (same bytes, same partition, later), and late events: some within the allowed
     lateness of their window, some beyond it."""
@@ -141,7 +141,7 @@ def scenario(seed: int, minutes: int = 60) -> list[Event]:
                 n += 1
                 at = START + timedelta(seconds=30 * step + rng.randint(-80, 80))
                 kind = rng.random()
-                if kind < 0.1:  # late: 4 to 14 minutes behind the newest so far
+                if kind < late_ratio:  # late: 4 to 14 minutes behind the newest so far
                     at = START + timedelta(seconds=30 * step - rng.randint(240, 840))
                 if source == "orders_db":
                     oid = f"o{rng.randint(0, 40)}"
@@ -217,6 +217,8 @@ def gold_env(kafka: str, tmp_path: Path, lakehouse: Path) -> tuple[dict[str, str
             "LAKESTREAM__GOLD__WINDOW": '"5m"',
             "LAKESTREAM__GOLD__ALLOWED_LATENESS": '"3m"',
             "LAKESTREAM__GOLD__ENABLED": "true",
+            # A gate subtask without a partition with records holds the watermark until it is idle.
+            "LAKESTREAM__EVENT_TIME__IDLENESS_TIMEOUT": '"3s"',
         }
     )
     return topics, env
@@ -255,9 +257,12 @@ def test_bounded_gold_equals_the_reference_but_for_events_beyond_the_lateness(
     affected = {w for w in everything if w not in got or everything[w] != got[w]}
     beyond_windows = {datetime.fromtimestamp(_ms(e.at) // 300_000 * 300, UTC) for e in beyond}
     assert affected and affected <= beyond_windows
+    latest_end = max(r["window_end"] for r in rows.values())
     for row in rows.values():
         assert row["layer"] == "realtime" and row["source_version"] is None
-        assert row["data_time"] is not None and row["updated_at"] is not None
+        assert row["data_time"] <= latest_end and row["updated_at"] is not None
+    # Rows written at the end of input: every window is complete, up to the latest window end.
+    assert max(r["data_time"] for r in rows.values()) == latest_end
     # The final rows were committed at the end of input: the last window is there, complete.
     assert max(got) == max(expected)
     # The commits recorded the sink's txn version: one realtime writer app id.
@@ -276,7 +281,7 @@ def test_gold_exactly_once_across_kill_9_with_duplicates_on_both_sides(
     """kill -9 mid-stream, restart from the checkpoint, re-deliveries of records from before the kill
     after it: every window no event missed by lateness equals a recompute from bronze."""
     topics, env = gold_env(kafka, tmp_path, lakehouse)
-    events = scenario(seed=99, minutes=40)
+    events = scenario(seed=99, minutes=40, late_ratio=0.02)
     half = len(events) // 2
     first, second = events[:half], events[half:]
     # Re-deliveries across the restore: records from before the kill, sent again after it (same
@@ -316,6 +321,8 @@ def test_gold_exactly_once_across_kill_9_with_duplicates_on_both_sides(
         kill_group(job)
     assert "resuming from checkpoint" in log.read_text()
     assert got == expected
+    # Rows written while the stream ran carry its watermark (idle partitions did not hold it back).
+    assert any(r["data_time"] > datetime(2024, 1, 1, tzinfo=UTC) for r in gold_rows(lakehouse).values())
     recomputed = _bronze_recompute(lakehouse)
     clean = [w for w in recomputed if w not in beyond_windows]
     assert len(clean) > 3

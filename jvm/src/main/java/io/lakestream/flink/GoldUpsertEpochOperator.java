@@ -35,8 +35,9 @@ import org.apache.flink.types.RowKind;
  * <p>Each emitted row is stamped with {@code data_time}, this operator's current event-time watermark
  * at the flush (the windows ending at or before it are complete, up to the allowed lateness), and
  * {@code updated_at}, the processing time of the flush, both epoch milliseconds. The final watermark
- * of a bounded input (end of time) is not a time: {@code data_time} is then the last watermark
- * before it (null when there was none).
+ * of a bounded input (end of time) is not a time: once it arrived, every window of the input is
+ * complete, and {@code data_time} is the latest window end ({@code endField}) this operator has
+ * seen; the same for the rows flushed at END_OF_INPUT. Before the first watermark it is null.
  *
  * <p>Values are exported as epoch milliseconds (timestamps), unscaled longs at {@code decimalScale}
  * (decimals: fen for yuan at scale 2) or longs, so the payload crosses into Python with basic types.
@@ -51,24 +52,31 @@ public class GoldUpsertEpochOperator extends CheckpointEpochOperator<Row> {
     public static final String UPDATED_AT = "updated_at";
 
     private final String keyField;
+    private final String endField;
     private final String[] fields;
     private final int decimalScale;
 
     private transient Map<Object, Row> newest;
     private transient long watermark;
+    private transient boolean endOfTime;
+    private transient long latestEnd;
     private transient Counter emitted;
 
     /**
      * @param keyField the window start column of the query's result: one table row per value
+     * @param endField the window end column (the data time at the end of a bounded input)
      * @param fields the result columns exported, in payload order (the key among them)
      * @param decimalScale the scale decimals are exported at, as unscaled longs
      */
-    public GoldUpsertEpochOperator(String keyField, String[] fields, int decimalScale) {
-        if (!Arrays.asList(fields).contains(keyField)) {
-            throw new IllegalArgumentException(
-                    "key field " + keyField + " is not among the exported fields " + Arrays.toString(fields));
+    public GoldUpsertEpochOperator(String keyField, String endField, String[] fields, int decimalScale) {
+        for (String name : new String[] {keyField, endField}) {
+            if (!Arrays.asList(fields).contains(name)) {
+                throw new IllegalArgumentException(
+                        "field " + name + " is not among the exported fields " + Arrays.toString(fields));
+            }
         }
         this.keyField = keyField;
+        this.endField = endField;
         this.fields = fields.clone();
         this.decimalScale = decimalScale;
     }
@@ -99,6 +107,7 @@ public class GoldUpsertEpochOperator extends CheckpointEpochOperator<Row> {
         super.open();
         newest = new LinkedHashMap<>();
         watermark = Long.MIN_VALUE;
+        latestEnd = Long.MIN_VALUE;
         emitted = getMetricGroup().addGroup("lakestream").counter("gold_rows_emitted");
     }
 
@@ -117,11 +126,17 @@ public class GoldUpsertEpochOperator extends CheckpointEpochOperator<Row> {
         }
         newest.remove(key); // re-inserted last: rows leave in the order of their latest update
         newest.put(key, row);
+        Long end = export(endField, row.getField(endField));
+        if (end != null) {
+            latestEnd = Math.max(latestEnd, end);
+        }
     }
 
     @Override
     public void processWatermark(Watermark mark) throws Exception {
-        if (mark.getTimestamp() != Long.MAX_VALUE) {
+        if (mark.getTimestamp() == Long.MAX_VALUE) {
+            endOfTime = true;
+        } else {
             watermark = Math.max(watermark, mark.getTimestamp());
         }
         super.processWatermark(mark);
@@ -129,6 +144,9 @@ public class GoldUpsertEpochOperator extends CheckpointEpochOperator<Row> {
 
     /** The current data time stamp (null before the first watermark). */
     Long dataTime() {
+        if (endOfTime && latestEnd != Long.MIN_VALUE) {
+            return Math.max(watermark, latestEnd);
+        }
         return watermark == Long.MIN_VALUE ? null : watermark;
     }
 
@@ -184,6 +202,8 @@ public class GoldUpsertEpochOperator extends CheckpointEpochOperator<Row> {
 
     @Override
     public void endInput() throws Exception {
+        // The input is complete: so is every window (whether or not the final watermark came first).
+        endOfTime = true;
         flush();
         super.endInput();
     }

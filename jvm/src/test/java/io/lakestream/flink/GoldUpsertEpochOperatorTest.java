@@ -23,11 +23,11 @@ import org.junit.jupiter.api.Test;
 
 class GoldUpsertEpochOperatorTest {
 
-    private static final String[] FIELDS = {"window_start", "events", "gmv"};
+    private static final String[] FIELDS = {"window_start", "window_end", "events", "gmv"};
 
     private static OneInputStreamOperatorTestHarness<Row, Row> harness() throws Exception {
         OneInputStreamOperatorTestHarness<Row, Row> h =
-                Harnesses.oneInput(new GoldUpsertEpochOperator("window_start", FIELDS, 2), new JobID(), 1, 0);
+                Harnesses.oneInput(new GoldUpsertEpochOperator("window_start", "window_end", FIELDS, 2), new JobID(), 1, 0);
         h.open();
         return h;
     }
@@ -36,6 +36,7 @@ class GoldUpsertEpochOperatorTest {
     private static Row change(RowKind kind, int minute, long events, String gmv) {
         Row row = Row.withNames(kind);
         row.setField("window_start", LocalDateTime.of(2026, 1, 1, 0, minute));
+        row.setField("window_end", LocalDateTime.of(2026, 1, 1, 0, minute + 5));
         row.setField("events", events);
         row.setField("gmv", new BigDecimal(gmv));
         return row;
@@ -61,8 +62,8 @@ class GoldUpsertEpochOperatorTest {
             assertEquals(List.of(DATA, DATA, PRECOMMIT), kinds(out));
             List<Row> rows = payloads(out);
             // In the order of their latest update; data_time = the watermark, updated_at = now.
-            assertEquals(Row.of(ms(5), 1L, 0L, ms(4), 5_000L), rows.get(0));
-            assertEquals(Row.of(ms(0), 2L, 300L, ms(4), 5_000L), rows.get(1));
+            assertEquals(Row.of(ms(5), ms(10), 1L, 0L, ms(4), 5_000L), rows.get(0));
+            assertEquals(Row.of(ms(0), ms(5), 2L, 300L, ms(4), 5_000L), rows.get(1));
             // Nothing new: nothing again.
             h.prepareSnapshotPreBarrier(2);
             assertEquals(List.of(PRECOMMIT), kinds(drain(h)));
@@ -70,28 +71,33 @@ class GoldUpsertEpochOperatorTest {
     }
 
     @Test
-    void theEndOfInputFlushesAndTheFinalWatermarkIsNoDataTime() throws Exception {
+    void theEndOfInputFlushesStampedWithTheLatestWindowEnd() throws Exception {
         try (OneInputStreamOperatorTestHarness<Row, Row> h = harness()) {
-            h.processElement(change(RowKind.INSERT, 0, 1, "1.00"), 0);
+            h.processElement(change(RowKind.INSERT, 10, 1, "2.00"), 0);
             h.processWatermark(new Watermark(ms(3)));
+            h.prepareSnapshotPreBarrier(1);
+            h.processElement(change(RowKind.INSERT, 0, 1, "1.00"), 0);
             h.processWatermark(Watermark.MAX_WATERMARK);
             h.setProcessingTime(9);
             h.endInput();
             List<Row> out = drain(h);
-            assertEquals(List.of(OPEN, DATA, END_OF_INPUT), kinds(out));
-            assertEquals(Row.of(ms(0), 1L, 100L, ms(3), 9L), payloads(out).get(0));
+            assertEquals(List.of(OPEN, DATA, PRECOMMIT, DATA, END_OF_INPUT), kinds(out));
+            assertEquals(Row.of(ms(10), ms(15), 1L, 200L, ms(3), 0L), payloads(out).get(0));
+            // After the final watermark every window is complete: up to the latest end seen.
+            assertEquals(Row.of(ms(0), ms(5), 1L, 100L, ms(15), 9L), payloads(out).get(1));
         }
         try (OneInputStreamOperatorTestHarness<Row, Row> h = harness()) {
             h.processElement(change(RowKind.INSERT, 0, 1, "1.00"), 0);
             h.endInput();
-            assertEquals(Row.of(ms(0), 1L, 100L, null, 0L), payloads(drain(h)).get(0));
+            // END_OF_INPUT completes every window, also without the final watermark before it.
+            assertEquals(Row.of(ms(0), ms(5), 1L, 100L, ms(5), 0L), payloads(drain(h)).get(0));
         }
     }
 
     @Test
     void refusesAKeyOutsideTheFieldsAndValuesItCannotExport() throws Exception {
         assertThrows(IllegalArgumentException.class,
-                () -> new GoldUpsertEpochOperator("nope", FIELDS, 2));
+                () -> new GoldUpsertEpochOperator("nope", "window_end", FIELDS, 2));
         try (OneInputStreamOperatorTestHarness<Row, Row> h = harness()) {
             Row row = change(RowKind.INSERT, 0, 1, "1.005");
             h.processElement(row, 0);
