@@ -191,7 +191,8 @@ def speed_layer(
     run's SQL state does not hold the previous lineage's events (``GoldLatenessGate``).
 
     Operator uids: ``ingest-gold-lateness`` (Java, at the job's parallelism, chained to the de-dup),
-    the SQL operators (``table.exec.uid.generation = ALWAYS``, ``ingest-gold-sql-<node>_<kind>``),
+    the SQL operators (``table.exec.uid.generation = ALWAYS``:
+    ``ingest-gold-sql-<query digest>-<node>_<kind>``),
     ``ingest-gold-upsert-markers`` (Java, 1), ``ingest-gold-writer`` (Python, 1), ``ingest-gold-end``.
     """
     from pyflink.datastream import DataStream
@@ -211,7 +212,7 @@ def speed_layer(
     )
     t_env = StreamTableEnvironment.create(env)
     conf = t_env.get_config()
-    for key, value in sql_settings(cfg).items():
+    for key, value in sql_settings(cfg, settings).items():
         conf.set(key, value)
     table = t_env.from_data_stream(
         DataStream(j_events),
@@ -226,18 +227,18 @@ def speed_layer(
         "CAST(CAST(amount_fen AS DECIMAL(20, 0)) / 100 AS DECIMAL(18, 2)) AS amount, order_id, user_id "
         f"FROM {SOURCE_VIEW}_raw"
     )
-    from lakestream.gold import flink_sql
-
-    result = t_env.sql_query(flink_sql(SOURCE_VIEW, settings))
+    result = t_env.sql_query(gold_query(settings))
     changelog = t_env.to_changelog_stream(result)
     fields = get_gateway().new_array(jvm.java.lang.String, len(EXPORTED))
     for i, name in enumerate(EXPORTED):
         fields[i] = name
-    upsert = flink.GoldUpsertEpochOperator("window_start", "window_end", fields, 2)
+    upsert = flink.GoldUpsertEpochOperator("window_start", "window_end", fields, 2, 2)
+    # The event-time watermarks, without records, as the stamp's second input: on the SQL's path the
+    # mini-batch assigner replaces them with processing-time marks.
+    j_watermarks = j_events.getSideOutput(flink.GoldLatenessGate.WATERMARKS)
     j_marked = (
-        changelog._j_data_stream.transform(
-            "gold rows + markers", flink.GoldUpsertEpochOperator.markedPayloadType(fields), upsert
-        )
+        changelog._j_data_stream.connect(j_watermarks)
+        .transform("gold rows + markers", flink.GoldUpsertEpochOperator.markedPayloadType(fields), upsert)
         .uid("ingest-gold-upsert-markers")
         .setParallelism(1)
     )
@@ -251,16 +252,48 @@ def speed_layer(
     discard(reports, name="gold end", uid="ingest-gold-end", parallelism=1)
 
 
-def sql_settings(cfg: Config) -> dict[str, str]:
-    """Table settings of the gold SQL: stable uids, state TTL, one GROUP BY at parallelism 1.
+def gold_query(settings: GoldSettings) -> str:
+    """The speed layer's query: ``lakestream.gold.flink_sql`` over ``SOURCE_VIEW``."""
+    from lakestream.gold import flink_sql
 
-    Mini-batch stays off: its processing-time assigner would replace the event-time watermark the
-    rows are stamped with (DESIGN.md section 11a); ``GoldUpsertEpochOperator`` collapses the updates
-    per window and checkpoint instead.
+    return flink_sql(SOURCE_VIEW, settings)
+
+
+#: Table settings that shape the gold SQL's plan (also part of its uids' digest).
+PLAN_SETTINGS = {
+    "table.exec.mini-batch.enabled": "true",
+    "table.exec.mini-batch.allow-latency": "1 s",
+    "table.exec.mini-batch.size": "20000",
+    "table.exec.resource.default-parallelism": "1",
+}
+
+
+def sql_uid_prefix(settings: GoldSettings) -> str:
+    """Prefix of the gold SQL operators' uids: names the query by a digest of its text and of the
+    settings that shape its plan (``PLAN_SETTINGS``).
+
+    The planner numbers its nodes in plan order and keeps each aggregate's state in a layout of the
+    query's own; another query (a metric added, another window) could reuse a number for a different
+    state. With the digest a changed query has new uids: its state starts empty and the old one is
+    unclaimed, which a restore refuses (DESIGN.md section 11a says what to run instead).
+    """
+    import hashlib
+
+    plan = gold_query(settings) + "".join(f"\n{k}={v}" for k, v in sorted(PLAN_SETTINGS.items()))
+    digest = hashlib.sha256(plan.encode()).hexdigest()[:8]
+    return f"ingest-gold-sql-{digest}-"
+
+
+def sql_settings(cfg: Config, settings: GoldSettings) -> dict[str, str]:
+    """Table settings of the gold SQL: stable uids, state TTL, mini-batches, the GROUP BY at parallelism 1.
+
+    Mini-batch (a second at most, always flushed before a checkpoint barrier) turns the per-event state
+    accesses of the aggregate into per-window ones, and makes the planner pre-aggregate each batch
+    in memory before the exchange (local-global aggregation, at the job's parallelism).
     """
     return {
+        **PLAN_SETTINGS,
         "table.exec.uid.generation": "ALWAYS",
-        "table.exec.uid.format": "ingest-gold-sql-<id>_<transformation>",
+        "table.exec.uid.format": sql_uid_prefix(settings) + "<id>_<transformation>",
         "table.exec.state.ttl": f"{_ms(state_ttl(cfg))} ms",
-        "table.exec.resource.default-parallelism": "1",
     }

@@ -127,7 +127,7 @@ def behaviour_event(partition: int, eid: str, at: datetime, uid: str | None) -> 
     )
 
 
-def scenario(seed: int, minutes: int = 60, late_ratio: float = 0.1) -> list[Event]:
+def scenario(seed: int, minutes: int = 60, late_ratio: float = 0.1, start: datetime = START) -> list[Event]:
     """Per partition, a timeline advancing over ``minutes`` with out-of-order jitter inside the bound,
     re-deliveries (same bytes, same partition, later), and late events: some within the allowed
     lateness of their window, some beyond it."""
@@ -139,10 +139,10 @@ def scenario(seed: int, minutes: int = 60, late_ratio: float = 0.1) -> list[Even
             timeline: list[Event] = []
             for step in range(minutes * 2):
                 n += 1
-                at = START + timedelta(seconds=30 * step + rng.randint(-80, 80))
+                at = start + timedelta(seconds=30 * step + rng.randint(-80, 80))
                 kind = rng.random()
                 if kind < late_ratio:  # late: 4 to 14 minutes behind the newest so far
-                    at = START + timedelta(seconds=30 * step - rng.randint(240, 840))
+                    at = start + timedelta(seconds=30 * step - rng.randint(240, 840))
                 if source == "orders_db":
                     oid = f"o{rng.randint(0, 40)}"
                     op = "c" if rng.random() < 0.6 else "u"
@@ -156,11 +156,11 @@ def scenario(seed: int, minutes: int = 60, late_ratio: float = 0.1) -> list[Even
                     )
                 elif source == "payments":
                     ev = payment_event(
-                        partition, f"p{n}", f"o{rng.randint(0, 40)}", at, rng.randint(1, 500000)
+                        partition, f"p{seed}-{n}", f"o{rng.randint(0, 40)}", at, rng.randint(1, 500000)
                     )
                 else:
                     uid = None if rng.random() < 0.2 else f"u{rng.randint(0, 25)}"
-                    ev = behaviour_event(partition, f"b{n}", at, uid)
+                    ev = behaviour_event(partition, f"b{seed}-{n}", at, uid)
                 timeline.append(ev)
                 if rng.random() < 0.1 and timeline:  # a re-delivery of an earlier record
                     timeline.append(rng.choice(timeline[-6:]))

@@ -12,6 +12,7 @@ import org.apache.flink.streaming.api.operators.AbstractStreamOperator;
 import org.apache.flink.streaming.api.operators.OneInputStreamOperator;
 import org.apache.flink.streaming.runtime.streamrecord.StreamRecord;
 import org.apache.flink.types.Row;
+import org.apache.flink.util.OutputTag;
 
 /**
  * The speed layer's allowed lateness: drops the fresh events whose tumbling window had closed for good
@@ -49,6 +50,12 @@ public class GoldLatenessGate extends AbstractStreamOperator<Row> implements One
     public static final int AMOUNT_FEN = 2;
     public static final int ORDER_ID = 3;
     public static final int USER_ID = 4;
+
+    /**
+     * A side output that never carries a record: its stream has this operator's watermarks only, for
+     * {@link GoldUpsertEpochOperator} (the gold SQL's mini-batch replaces them on the main path).
+     */
+    public static final OutputTag<Row> WATERMARKS = new OutputTag<>("lakestream-gold-watermarks", eventType());
 
     /** {@code lineageStartMillis} of a lineage without a predecessor: no window is cut. */
     public static final long NO_CUT = Long.MIN_VALUE;

@@ -13,6 +13,7 @@ import org.apache.flink.api.common.typeinfo.TypeInformation;
 import org.apache.flink.api.common.typeinfo.Types;
 import org.apache.flink.api.java.typeutils.RowTypeInfo;
 import org.apache.flink.metrics.Counter;
+import org.apache.flink.streaming.api.operators.TwoInputStreamOperator;
 import org.apache.flink.streaming.api.watermark.Watermark;
 import org.apache.flink.streaming.runtime.streamrecord.StreamRecord;
 import org.apache.flink.types.Row;
@@ -32,6 +33,14 @@ import org.apache.flink.types.RowKind;
  * upsert per window and checkpoint. The buffer is never part of a checkpoint (it is empty when the
  * barrier passes), so a restore replays into an empty buffer.
  *
+ * <p>It runs as a one-input operator (the watermark comes with the changelog) or, in the job, as a
+ * two-input one: input 1 the changelog, input 2 a stream of the event-time watermarks only ({@link
+ * GoldLatenessGate#WATERMARKS}), because the gold SQL's mini-batch assigner replaces the event-time
+ * watermark on its path by processing-time marks. Input 1's watermarks are then ignored. Rows are
+ * stamped at PRECOMMIT(n), after barrier n arrived on both inputs, so the watermark used is the one
+ * of the events before n, all of which the SQL aggregated before n (mini-batches are flushed
+ * before a barrier).
+ *
  * <p>Each emitted row is stamped with {@code data_time}, this operator's current event-time watermark
  * at the flush (the windows ending at or before it are complete, up to the allowed lateness), and
  * {@code updated_at}, the processing time of the flush, both epoch milliseconds. The final watermark
@@ -43,7 +52,8 @@ import org.apache.flink.types.RowKind;
  * (decimals: fen for yuan at scale 2) or longs, so the payload crosses into Python with basic types.
  * Counter {@code lakestream.gold_rows_emitted}.
  */
-public class GoldUpsertEpochOperator extends CheckpointEpochOperator<Row> {
+public class GoldUpsertEpochOperator extends CheckpointEpochOperator<Row>
+        implements TwoInputStreamOperator<Row, Row, Row> {
 
     private static final long serialVersionUID = 1L;
 
@@ -51,6 +61,7 @@ public class GoldUpsertEpochOperator extends CheckpointEpochOperator<Row> {
     public static final String DATA_TIME = "data_time";
     public static final String UPDATED_AT = "updated_at";
 
+    private final int inputs;
     private final String keyField;
     private final String endField;
     private final String[] fields;
@@ -60,6 +71,7 @@ public class GoldUpsertEpochOperator extends CheckpointEpochOperator<Row> {
     private transient long watermark;
     private transient boolean endOfTime;
     private transient long latestEnd;
+    private transient int endedInputs;
     private transient Counter emitted;
 
     /**
@@ -69,6 +81,19 @@ public class GoldUpsertEpochOperator extends CheckpointEpochOperator<Row> {
      * @param decimalScale the scale decimals are exported at, as unscaled longs
      */
     public GoldUpsertEpochOperator(String keyField, String endField, String[] fields, int decimalScale) {
+        this(keyField, endField, fields, decimalScale, 1);
+    }
+
+    /**
+     * @param inputs 2 to run as a two-input operator (the watermarks on input 2): Flink calls {@code
+     *     endInput()} once per ended input, and the end of input is the end of both
+     */
+    public GoldUpsertEpochOperator(
+            String keyField, String endField, String[] fields, int decimalScale, int inputs) {
+        if (inputs != 1 && inputs != 2) {
+            throw new IllegalArgumentException("inputs must be 1 or 2, got " + inputs);
+        }
+        this.inputs = inputs;
         for (String name : new String[] {keyField, endField}) {
             if (!Arrays.asList(fields).contains(name)) {
                 throw new IllegalArgumentException(
@@ -133,13 +158,37 @@ public class GoldUpsertEpochOperator extends CheckpointEpochOperator<Row> {
     }
 
     @Override
+    public void processElement1(StreamRecord<Row> element) throws Exception {
+        processElement(element);
+    }
+
+    @Override
+    public void processElement2(StreamRecord<Row> element) {
+        // The watermark input carries no records.
+    }
+
+    @Override
     public void processWatermark(Watermark mark) throws Exception {
+        observe(mark);
+        super.processWatermark(mark);
+    }
+
+    @Override
+    public void processWatermark1(Watermark mark) {
+        // The changelog's watermarks are the mini-batch assigner's processing-time marks.
+    }
+
+    @Override
+    public void processWatermark2(Watermark mark) {
+        observe(mark);
+    }
+
+    private void observe(Watermark mark) {
         if (mark.getTimestamp() == Long.MAX_VALUE) {
             endOfTime = true;
         } else {
             watermark = Math.max(watermark, mark.getTimestamp());
         }
-        super.processWatermark(mark);
     }
 
     /** The current data time stamp (null before the first watermark). */
@@ -202,6 +251,9 @@ public class GoldUpsertEpochOperator extends CheckpointEpochOperator<Row> {
 
     @Override
     public void endInput() throws Exception {
+        if (++endedInputs < inputs) {
+            return;
+        }
         // The input is complete: so is every window (whether or not the final watermark came first).
         endOfTime = true;
         flush();

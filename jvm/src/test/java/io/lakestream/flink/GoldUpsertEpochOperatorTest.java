@@ -95,6 +95,31 @@ class GoldUpsertEpochOperatorTest {
     }
 
     @Test
+    void asATwoInputOperatorTheStampIsTheWatermarkOfTheSecondInput() throws Exception {
+        GoldUpsertEpochOperator op = new GoldUpsertEpochOperator("window_start", "window_end", FIELDS, 2, 2);
+        try (org.apache.flink.streaming.util.TwoInputStreamOperatorTestHarness<Row, Row, Row> h =
+                new org.apache.flink.streaming.util.TwoInputStreamOperatorTestHarness<>(op)) {
+            h.open();
+            h.setProcessingTime(7);
+            h.processElement1(change(RowKind.INSERT, 0, 1, "1.00"), 0);
+            // Processing-time marks of the SQL's mini-batch on input 1 do not count.
+            h.processWatermark1(new Watermark(ms(50)));
+            h.processWatermark2(new Watermark(ms(2)));
+            h.prepareSnapshotPreBarrier(1);
+            List<Row> out = Harnesses.drain(h);
+            assertEquals(List.of(OPEN, DATA, PRECOMMIT), kinds(out));
+            assertEquals(Row.of(ms(0), ms(5), 1L, 100L, ms(2), 7L), payloads(out).get(0));
+            // Flink calls BoundedOneInput.endInput() once per ended input; the watermark input may end
+            // first: the end of input is the end of both.
+            op.endInput();
+            h.processElement1(change(RowKind.UPDATE_AFTER, 0, 2, "1.00"), 0);
+            assertEquals(List.of(), kinds(Harnesses.drain(h)));
+            op.endInput();
+            assertEquals(List.of(DATA, END_OF_INPUT), kinds(Harnesses.drain(h)));
+        }
+    }
+
+    @Test
     void refusesAKeyOutsideTheFieldsAndValuesItCannotExport() throws Exception {
         assertThrows(IllegalArgumentException.class,
                 () -> new GoldUpsertEpochOperator("nope", "window_end", FIELDS, 2));
