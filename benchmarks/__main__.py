@@ -415,11 +415,13 @@ def run_gold_compare(
                 env_over={"LAKESTREAM__GOLD__ENABLED": enabled},
                 sets=sets,
                 batch_rows=batch_rows,
+                sample_busy=True,
             )
             runs[label].append(r)
             print(
                 f"  gold {label} #{rep}: {r.get('events_per_s')} events/s, sustained "
                 f"{r.get('sustained_events_per_s')} events/s, exactly once {r.get('exactly_once_ok')}"
+                + (f"\n    busy: {_busy_line(r['busy'])}" if "busy" in r else "")
                 + (f"\n{r['error']}" if "error" in r else ""),
                 flush=True,
             )
