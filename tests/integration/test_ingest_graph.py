@@ -66,14 +66,24 @@ SQL = sql_uid_prefix(GoldSettings())
 GOLD_UIDS = {
     "ingest-gold-lateness",
     f"{SQL}1_source",
-    f"{SQL}2_calc",
-    f"{SQL}4_group-aggregate",
-    f"{SQL}5_calc",
-    f"{SQL}6_constraint-validator",
-    f"{SQL}6_external-datastream",
+    f"{SQL}2_mini-batch-assigner",
+    f"{SQL}3_calc",
+    f"{SQL}4_local-group-aggregate",
+    f"{SQL}6_global-group-aggregate",
+    f"{SQL}7_calc",
+    f"{SQL}8_constraint-validator",
+    f"{SQL}8_external-datastream",
     "ingest-gold-upsert-markers",
     "ingest-gold-writer",
     "ingest-gold-end",
+}
+#: At the job's parallelism, chained after the de-dup: the event rows and their pre-aggregation.
+GOLD_PARALLEL = {
+    "ingest-gold-lateness",
+    f"{SQL}1_source",
+    f"{SQL}2_mini-batch-assigner",
+    f"{SQL}3_calc",
+    f"{SQL}4_local-group-aggregate",
 }
 
 
@@ -97,13 +107,13 @@ def test_the_speed_layer_hangs_off_the_dedup_side_output_and_is_gone_when_disabl
     assert set(nodes) == UIDS | GOLD_UIDS
     [(source, partitioner)] = nodes["ingest-gold-lateness"]["in"]  # type: ignore[misc]
     assert source == "ingest-dedup" and partitioner == "FORWARD"
-    assert nodes["ingest-gold-lateness"]["parallelism"] == 3
-    [(source, partitioner)] = nodes[f"{SQL}4_group-aggregate"]["in"]  # type: ignore[misc]
-    assert partitioner == "HASH"
-    for uid in GOLD_UIDS - {"ingest-gold-lateness", f"{SQL}1_source", f"{SQL}2_calc"}:
-        assert nodes[uid]["parallelism"] == 1, uid
-    [(source, _)] = nodes["ingest-gold-upsert-markers"]["in"]  # type: ignore[misc]
-    assert source == f"{SQL}6_external-datastream"
+    for uid in GOLD_UIDS:
+        assert nodes[uid]["parallelism"] == (3 if uid in GOLD_PARALLEL else 1), uid
+    [(source, partitioner)] = nodes[f"{SQL}6_global-group-aggregate"]["in"]  # type: ignore[misc]
+    assert source == f"{SQL}4_local-group-aggregate" and partitioner == "HASH"
+    # The stamp reads the changelog and, on its second input, the lateness gate's watermarks.
+    sources = {src for src, _ in nodes["ingest-gold-upsert-markers"]["in"]}  # type: ignore[attr-defined]
+    assert sources == {f"{SQL}8_external-datastream", "ingest-gold-lateness"}
     # Off: the graph of the five tables only, exactly as before the speed layer.
     assert set(_graph(tmp_path, gold=False)) == UIDS
 
