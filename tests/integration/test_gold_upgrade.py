@@ -66,7 +66,9 @@ def test_a_checkpoint_from_before_the_speed_layer_restores_into_the_new_graph(
 
     # The old tree first on the path of the client and of the Python workers the JVM starts (which
     # would otherwise import this tree's packages through the editable install).
-    first = start_unbounded({**env, "PYTHONPATH": str(old)}, log, cwd=old)
+    # It has no [gold] section.
+    old_env = {k: v for k, v in env.items() if "__GOLD__" not in k}
+    first = start_unbounded({**old_env, "PYTHONPATH": str(old)}, log, cwd=old)
     try:
         wait_for(lakehouse, {"bronze/order_events": len(before)}, first, log, timeout=240)
         time.sleep(2.5)  # a few more checkpoints
