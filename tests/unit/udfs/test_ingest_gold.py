@@ -112,11 +112,12 @@ class BackfillBeforeCommit(CommitHooks):
         if not self.done:
             self.done = True
             rows = [_gold(0, 100, LAYER_BATCH), _gold(1, 200, LAYER_BATCH)]
+            first, last = T0.isoformat(), (T0 + 2 * W).isoformat()
             write_deltalake(
                 str(self.table),
                 pa.Table.from_pylist(rows, schema=GOLD_SCHEMA),
                 mode="overwrite",
-                predicate=f"window_start >= '{T0.isoformat()}' AND window_start < '{(T0 + 2 * W).isoformat()}'",
+                predicate=f"window_start >= '{first}' AND window_start < '{last}'",
             )
 
 
