@@ -11,13 +11,15 @@ import sys
 from collections.abc import Sequence
 
 from devtools import kafka_broker
-from flink_jobs import changefeed, demo, ingest, land, maintain
+from flink_jobs import changefeed, demo, gold_batch, ingest, land, maintain
 from flink_jobs.cli_common import JobFailedError, SubParsers, add_command, add_flags, load
 from flink_jobs.resume import ResumeError
 from lakestream.config import ConfigError
 from lakestream.flink_runtime import FlinkRuntimeError
+from lakestream.gold import GmvOverflowError, GoldTableError
 from lakestream.paths import MissingBuildError
 from maintenance.errors import ConflictError, MaintenanceError
+from maintenance.gold_batch import StagingCheckError
 from sources.errors import DeltaSourceError
 
 
@@ -96,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     changefeed.register(sub)
     _register_tables(sub)
     maintain.register(sub)
+    gold_batch.register(sub)
     demo.register(sub)
     return parser
 
@@ -108,8 +111,10 @@ def failure(exc: Exception, command: str) -> tuple[int, str] | None:
         return 2, f"lakestream: {exc}"
     if isinstance(exc, DeltaSourceError | ResumeError):
         return 2, f"lakestream {command}: {exc}"
-    if isinstance(exc, ConflictError):
+    if isinstance(exc, ConflictError | StagingCheckError | GmvOverflowError):
         return 1, f"lakestream {command}: {exc}"
+    if isinstance(exc, GoldTableError):
+        return 2, f"lakestream {command}: {exc}"
     if isinstance(exc, MaintenanceError):
         return 2, f"lakestream {command}: {exc}"
     if isinstance(exc, JobFailedError):

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -101,8 +101,8 @@ METRICS_SCHEMA: pa.Schema = pa.schema(
     ]
 )
 
-LAYER_REALTIME = "realtime"
-LAYER_BATCH = "batch"
+LAYER_REALTIME: Final = "realtime"
+LAYER_BATCH: Final = "batch"
 Layer = Literal["realtime", "batch"]
 
 #: The gold table: one row per window.

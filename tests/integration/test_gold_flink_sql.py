@@ -19,6 +19,8 @@ from lakestream.gold import (
     METRIC_NAMES,
     GoldSettings,
     flink_sql,
+    kind_of,
+    kind_sql,
     reference_aggregate,
     to_us,
 )
@@ -102,3 +104,19 @@ def test_flink_sql_equals_the_reference() -> None:
     expected = reference_aggregate(rows, settings)
     assert sorted(got, key=lambda r: r["window_start"]) == expected
     assert len(expected) == 5
+
+    # The kind rule as SQL (for views built from bronze-shaped rows) equals kind_of.
+    pairs = [
+        ("orders_db", "c"),
+        ("orders_db", "u"),
+        ("orders_db", None),
+        ("payments", None),
+        ("logistics", "c"),
+    ]
+    kinds_in = ", ".join(f"({_literal(s, 'STRING')}, {_literal(o, 'STRING')})" for s, o in pairs)
+    query = env.sql_query(
+        f"SELECT source, op, {kind_sql()} AS kind FROM (VALUES {kinds_in}) AS k(source, op)"
+    )
+    with query.execute().collect() as collected:
+        kinds = {(row[0], row[1]): row[2] for row in collected}
+    assert kinds == {(s, o): kind_of(s, o) for s, o in pairs}

@@ -29,6 +29,8 @@ REQUIRED = {
     "changefeed": ["--table", "silver/orders", "--to", "delta:audit/orders"],
     "tables": [],
     "maintain": ["history", "bronze/order_events"],
+    "backfill": ["--from", "2024-06-01", "--to", "2024-06-02"],
+    "reconcile": ["--from", "2024-06-01", "--to", "2024-06-02"],
     "demo": [],
 }
 #: Which shared flags each sub-command takes (--config: all of them).
@@ -39,6 +41,8 @@ TAKES = {
     "changefeed": {"lakehouse", "bootstrap_servers", "fresh", "job_name"},
     "tables": {"lakehouse", "bootstrap_servers"},
     "maintain": set(),  # its operations take --lakehouse (tests/unit/flink_jobs/test_maintain_cli.py)
+    "backfill": {"lakehouse"},
+    "reconcile": {"lakehouse"},
     "demo": {"lakehouse", "bootstrap_servers"},
 }
 
