@@ -25,6 +25,7 @@ Graph (operator uids in brackets; all stable, keep them across upgrades; every s
       -> allowed lateness + one row per event [ingest-gold-lateness]                       (chained)
       -> gold SQL, GROUP BY window start [ingest-gold-sql-<node>_<kind>]                 parallelism 1
       -> newest row per window + markers [ingest-gold-upsert-markers]                   1
+           (second input: the lateness gate's watermarks, which the SQL's mini-batch replaces)
       -> gold writer [ingest-gold-writer]                                                 1 (chained)
            commits         gold/order_metrics_5m      upsert by window_start, never over a batch row
       -> discard [ingest-gold-end]                                                        1 (chained)
