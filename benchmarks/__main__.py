@@ -319,6 +319,120 @@ def run_latency(
     return out
 
 
+def run_gold_latency(
+    work: Path,
+    bootstrap: str,
+    *,
+    mode: str,
+    rate: int,
+    seconds: float,
+    checkpoint_interval: str,
+    sets: list[str],
+    tree: Path = ROOT,
+) -> dict[str, Any]:
+    """The speed layer's freshness: a gold row shows all its window's events within checkpoint interval
+    + 5 s of the watermark passing the window's end (1-minute windows, 2 s out-of-orderness and
+    idleness, event times = the send clock)."""
+    from datetime import datetime, timedelta
+
+    from benchmarks import latency
+    from benchmarks.unbounded import unbounded_ingest
+
+    window, bound = timedelta(minutes=1), timedelta(seconds=2)
+    out: dict[str, Any] = {"mode": mode, "checkpoint_interval": checkpoint_interval, "rate": rate}
+    env_over = {
+        "LAKESTREAM__FLINK__CHECKPOINT_INTERVAL": checkpoint_interval,
+        "LAKESTREAM__GOLD__WINDOW": '"1m"',
+        "LAKESTREAM__GOLD__ENABLED": "true",
+        "LAKESTREAM__EVENT_TIME__MAX_OUT_OF_ORDERNESS": '"2s"',
+        "LAKESTREAM__EVENT_TIME__IDLENESS_TIMEOUT": '"2s"',
+    }
+    with unbounded_ingest(
+        work,
+        bootstrap,
+        label=f"gold-latency-{mode}-{rate}",
+        topic_prefix="goldlat",
+        mode=mode,
+        env_over=env_over,
+        sets=sets,
+        tree=tree,
+    ) as run:
+        if not run.wait_first_checkpoint():
+            out["error"] = run.log_tail()
+            return out
+        event_times: list[datetime] = []
+        seen: list[tuple[float, dict[datetime, int]]] = []
+        stop = threading.Event()
+        prod = threading.Thread(
+            target=latency.gold_paced_producer,
+            args=(bootstrap, run.topics["orders_db"]),
+            kwargs={
+                "rate": rate,
+                "seconds": seconds,
+                "first_id": 700_000_000,
+                "event_times": event_times,
+                "stop": stop,
+            },
+            daemon=True,
+        )
+        prod.start()
+        latency.poll_gold(
+            run.run_dir / "lakehouse" / "gold" / "order_metrics_5m",
+            until=time.monotonic() + seconds + 30,
+            seen=seen,
+        )
+        stop.set()
+        prod.join(timeout=10)
+        interval = float(checkpoint_interval.rstrip("s"))
+        out.update(latency.gold_visibility(event_times, seen, window=window, bound=bound))
+        out["budget_s"] = interval + 5
+        out["within_budget"] = (
+            out["max_lag_s"] is not None and out["max_lag_s"] <= interval + 5 and not (out["windows_missing"])
+        )
+    return out
+
+
+def run_gold_compare(
+    work: Path,
+    bootstrap: str,
+    wl: Workload,
+    *,
+    repeat: int,
+    mode: str,
+    sets: list[str],
+    batch_rows: int | None,
+) -> dict[str, Any]:
+    """Bounded ingest with ``gold.enabled`` false and true, paired in each repetition (same data)."""
+    runs: dict[str, list[dict[str, Any]]] = {"off": [], "on": []}
+    for rep in range(repeat):
+        for label, enabled in (("off", "false"), ("on", "true")):
+            r = run_ingest(
+                work,
+                bootstrap,
+                wl,
+                label=f"gold-{label}-{rep}",
+                mode=mode,
+                env_over={"LAKESTREAM__GOLD__ENABLED": enabled},
+                sets=sets,
+                batch_rows=batch_rows,
+                sample_busy=True,
+            )
+            runs[label].append(r)
+            print(
+                f"  gold {label} #{rep}: {r.get('events_per_s')} events/s, sustained "
+                f"{r.get('sustained_events_per_s')} events/s, exactly once {r.get('exactly_once_ok')}"
+                + (f"\n    busy: {_busy_line(r['busy'])}" if "busy" in r else "")
+                + (f"\n{r['error']}" if "error" in r else ""),
+                flush=True,
+            )
+    out: dict[str, Any] = {"runs": runs}
+    for key in ("events_per_s", "sustained_events_per_s"):
+        med = {k: statistics.median([r[key] for r in rs if r.get(key)] or [0]) for k, rs in runs.items()}
+        out[key] = med
+        out[f"{key}_cost_pct"] = round(100 * (1 - med["on"] / med["off"]), 1) if med["off"] else None
+    return out
+
+
 def _busy_line(b: dict[str, Any]) -> str:
     """One line per run: window rate and each vertex's mean / max busy ratio."""
     if "error" in b or "vertices" not in b:
@@ -417,6 +531,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", action="append", default=[], help="extra Flink setting for lakestream runs")
     p.add_argument("--batch-rows", type=int)
     p.add_argument("--no-readme", action="store_true")
+    p.add_argument(
+        "--gold-compare",
+        action="store_true",
+        help="only the speed layer's cost: bounded ingest with gold.enabled false vs true, paired per repeat",
+    )
+    p.add_argument(
+        "--gold-latency-seconds",
+        type=float,
+        default=0,
+        help="unbounded run of this length measuring gold freshness after the watermark (0 = skip)",
+    )
+    p.add_argument("--gold-latency-rate", type=int, default=2000, help="events/s of the gold freshness run")
     p.add_argument("--thread-tree", help="run thread-mode lakestream from this source tree (candidate fixes)")
     p.add_argument(
         "--only",
@@ -487,6 +613,30 @@ def main(argv: list[str] | None = None) -> int:
         results["partitions"] = {f"{t}:{part}": n for (t, part), n in sorted(ends.items())}
         topics = sorted(wl.per_topic)
         print(f"  {wl.events} events in {wl.produce_s}s (generated in {wl.generate_s}s)", flush=True)
+
+        if a.gold_compare or a.gold_latency_seconds > 0:
+            if a.gold_compare:
+                results["gold_compare"] = run_gold_compare(
+                    work, bootstrap, wl, repeat=a.repeat, mode=modes[0], sets=a.set, batch_rows=a.batch_rows
+                )
+                cost = {k: v for k, v in results["gold_compare"].items() if k != "runs"}
+                print(f"  gold cost: {json.dumps(cost)}", flush=True)
+            if a.gold_latency_seconds > 0:
+                results["gold_latency"] = run_gold_latency(
+                    work,
+                    bootstrap,
+                    mode=modes[0],
+                    rate=a.gold_latency_rate,
+                    seconds=a.gold_latency_seconds,
+                    checkpoint_interval=str(cfg.flink.checkpoint_interval.total_seconds()) + "s",
+                    sets=a.set,
+                )
+                print(f"  gold freshness: {json.dumps(results['gold_latency'])[:1500]}", flush=True)
+            out_dir.mkdir(parents=True, exist_ok=True)
+            (out_dir / "gold-results.json").write_text(
+                json.dumps(results, indent=2, default=str), encoding="utf-8"
+            )
+            return 0
 
         base: dict[str, Any] = {"kafka_python": [], "confluent_kafka": []}
         for _ in range(a.repeat):

@@ -154,3 +154,98 @@ def summarize(rate: int, seconds: float, sent: list[float], seen: list[tuple[flo
 
 def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def gold_paced_producer(
+    bootstrap: str,
+    topic: str,
+    *,
+    rate: int,
+    seconds: float,
+    first_id: int,
+    event_times: list[datetime],
+    stop: threading.Event,
+) -> None:
+    """``orders_db`` creates stamped with the wall clock (so the watermark follows it), paced.
+
+    ``event_times`` gets each event's time as the adapter reads it (whole seconds, UTC), for the
+    per-window counts the gold rows must reach.
+    """
+
+    def creates() -> Iterator[Message]:
+        for i in itertools.count():
+            oid = str(first_id + i)
+            now = datetime.now(timezone.utc).replace(microsecond=0)
+            payload = {
+                "op": "c",
+                "order_id": oid,
+                "user_id": f"U{i % 97}",
+                "amount": "10.00",
+                "status": "created",
+                "address": "Haidian",
+                "updated_at": (now.replace(tzinfo=None) + SHANGHAI).strftime("%Y-%m-%d %H:%M:%S"),
+            }
+            event_times.append(now)
+            yield topic, oid.encode(), json.dumps(payload).encode(), i % 2
+
+    paced_send(bootstrap, creates(), rate=rate, seconds=seconds, stop=stop)
+
+
+def poll_gold(table: Path, *, until: float, seen: list[tuple[float, dict[datetime, int]]]) -> None:
+    """Poll the gold table every 100 ms; on a new version record (wall time, events per window)."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    dt: DeltaTable | None = None
+    last = -1
+    while time.monotonic() < until:
+        try:
+            if dt is None:
+                dt = DeltaTable(str(table))
+            else:
+                dt.update_incremental()
+            v = dt.version()
+            if v != last:
+                last = v
+                rows = dt.to_pyarrow_table(columns=["window_start", "events"]).to_pylist()
+                seen.append((time.time(), {r["window_start"]: r["events"] for r in rows}))
+        except (TableNotFoundError, OSError):
+            pass
+        time.sleep(0.1)
+
+
+def gold_visibility(
+    event_times: list[datetime],
+    seen: list[tuple[float, dict[datetime, int]]],
+    *,
+    window: timedelta,
+    bound: timedelta,
+) -> dict[str, Any]:
+    """Per closed window: first wall time its row showed every event sent in it, minus the wall time
+    the watermark passed its end (the first event time past ``end + bound`` was sent then: event
+    times are the send clock, so that is ``end + bound``, an upper bound of the job's own moment)."""
+    counts: dict[datetime, int] = {}
+    epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
+    for t in event_times:
+        start = epoch + ((t - epoch) // window) * window
+        counts[start] = counts.get(start, 0) + 1
+    last_sent = max(event_times) if event_times else epoch
+    lags: dict[str, float] = {}
+    missing: list[str] = []
+    for start, n in sorted(counts.items()):
+        passed = start + window + bound
+        if passed >= last_sent:
+            continue  # the watermark never passed this window's end during the run
+        visible = next((t for t, rows in seen if rows.get(start, 0) >= n), None)
+        if visible is None:
+            missing.append(start.isoformat())
+            continue
+        lags[start.isoformat()] = round(visible - passed.timestamp(), 3)
+    values = sorted(lags.values())
+    return {
+        "windows_closed": len(lags) + len(missing),
+        "windows_missing": missing,
+        "lag_after_watermark_s": lags,
+        "max_lag_s": values[-1] if values else None,
+        "median_lag_s": values[len(values) // 2] if values else None,
+    }

@@ -21,13 +21,21 @@ Graph (operator uids in brackets; all stable, keep them across upgrades; every s
            commits         silver/orders              ONE MERGE per checkpoint with the per-field guard,
                                                       one txn action per resolve subtask
       -> discard [ingest-silver-committer-end]                                           1 (chained)
+    de-dup side output: the fresh VALID events' gold inputs (gold.enabled)
+      -> allowed lateness + one row per event [ingest-gold-lateness]                       (chained)
+      -> gold SQL, GROUP BY window start [ingest-gold-sql-<node>_<kind>]                 parallelism 1
+      -> newest row per window + markers [ingest-gold-upsert-markers]                   1
+           (second input: the lateness gate's watermarks, which the SQL's mini-batch replaces)
+      -> gold writer [ingest-gold-writer]                                                 1 (chained)
+           commits         gold/order_metrics_5m      upsert by window_start, never over a batch row
+      -> discard [ingest-gold-end]                                                        1 (chained)
 
 Records cross the JVM/Python boundary in per-partition batches, flushed before every checkpoint
 barrier; each Python operator writes its own tables exactly once under the marker protocol, except
 silver, which the resolve subtasks stage and one global committer commits, so that it gets one MERGE
 per checkpoint whatever the resolve parallelism. Why late is decided per partition in Java, and why
 silver needs no Flink state: DESIGN.md section 2; the commit protocol and the global committer:
-section 3; ``--bounded`` and resuming: section 4.
+section 3; ``--bounded`` and resuming: section 4; the speed layer: section 11.6.
 """
 
 from __future__ import annotations
@@ -54,8 +62,9 @@ TABLES = (BRONZE_TABLE, QUARANTINE_TABLE, REVIEW_TABLE, LATE_TABLE, SILVER_TABLE
 
 
 def table_specs(cfg: Config, job_name: str = JOB_NAME) -> dict[str, Any]:
-    """The five tables' sinks (``udfs.delta_sink.DeltaSinkSpec``) by table name; ``job_name`` prefixes
-    their app ids. The CLI needs them too: to tell whether a run ended and to settle one."""
+    """The tables' sinks (``udfs.delta_sink.DeltaSinkSpec``) by table name: the five of ``TABLES``, and
+    ``gold.table`` when ``gold.enabled``; ``job_name`` prefixes their app ids. The CLI needs them too:
+    to tell whether a run ended and to settle one."""
     from lakestream.silver import SILVER_MERGE, SILVER_SCHEMA
     from lakestream.standard import BRONZE_SCHEMA, LATE_SCHEMA, QUARANTINE_SCHEMA
     from udfs.delta_sink import DeltaSinkSpec
@@ -80,12 +89,16 @@ def table_specs(cfg: Config, job_name: str = JOB_NAME) -> dict[str, Any]:
             **options,
         )
 
+    from udfs.ingest_gold import gold_spec
+
+    gold = {cfg.gold.table: gold_spec(cfg, job_name)} if cfg.gold.enabled else {}
     return {
         BRONZE_TABLE: spec(BRONZE_TABLE, BRONZE_SCHEMA),
         QUARANTINE_TABLE: spec(QUARANTINE_TABLE, QUARANTINE_SCHEMA),
         REVIEW_TABLE: spec(REVIEW_TABLE, BRONZE_SCHEMA),
         LATE_TABLE: spec(LATE_TABLE, LATE_SCHEMA),
         SILVER_TABLE: spec(SILVER_TABLE, SILVER_SCHEMA, mode="merge", merge=SILVER_MERGE, commit="global"),
+        **gold,
     }
 
 
@@ -181,6 +194,7 @@ def build_ingest_job(
                 parallelism=cfg.flink.parallelism,
                 max_parallelism=cfg.flink.max_parallelism,
                 watermark_seeds={watermark_key(*parse_split(s)): ms for s, ms in seeds.items()},
+                gold=cfg.gold.enabled,
             ),
             output_type=BATCH_TYPE,
         )
@@ -220,6 +234,18 @@ def build_ingest_job(
         .uid("ingest-resolve-orders")
     )
     commit_globally(committables, [silver], name="silver committer", uid="ingest-silver-committer")
+    if cfg.gold.enabled:
+        from udfs.ingest_gold import speed_layer
+
+        # The speed layer: gold rows per window from the de-dup's side output (DESIGN.md section 11.6).
+        speed_layer(
+            env,
+            marked,
+            cfg,
+            specs[cfg.gold.table],
+            parallelism=cfg.flink.parallelism,
+            lineage_start_ms=max(seeds.values()) if seeds else None,
+        )
     return env
 
 
@@ -248,7 +274,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         topics=sorted(set(cfg.kafka.topics.values())),
         group_id=cfg.kafka.group_id,
         progress_table=(bronze.table_uri, bronze.app_prefix),
-        tables=[specs[t] for t in TABLES],
+        tables=list(specs.values()),
         starting_offsets=cfg.kafka.starting_offsets,
         build=build_ingest_job,
         job_name=JOB_NAME + (" (bounded)" if args.bounded else ""),

@@ -50,12 +50,19 @@ class MergeSpec:
     greatest: tuple[str, ...] = ()
     #: guarded or greatest column -> columns that move with it (e.g. ``status`` -> ``status__eid``).
     companions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: column -> text value: a target row holding that value is never updated (upsert tables written
+    #: by two layers, e.g. gold's ``layer = 'batch'`` rows, which the streaming upsert must not replace).
+    protected: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "keys", tuple(self.keys))
         object.__setattr__(self, "guarded", dict(self.guarded))
         object.__setattr__(self, "greatest", tuple(self.greatest))
         object.__setattr__(self, "companions", {k: tuple(v) for k, v in self.companions.items()})
+        object.__setattr__(self, "protected", dict(self.protected))
+        for col in self.protected:
+            if col in self.keys:
+                raise MergeSpecError(f"MergeSpec.protected: {col!r} is a key; protect by a non-key column")
         if not self.keys:
             raise MergeSpecError("MergeSpec.keys is empty: a MERGE needs at least one key column")
         roles: dict[str, str] = {}
@@ -128,7 +135,7 @@ class MergeSpec:
     def validate(self, schema: pa.Schema) -> None:
         """Fail early when the spec names columns the table does not have."""
         names = set(schema.names)
-        referenced = list(self.keys)
+        referenced = [*self.keys, *self.protected]
         for grp in self.groups():
             referenced.extend(grp.moved)
         missing = [c for c in referenced if c not in names]
@@ -143,6 +150,20 @@ class MergeSpec:
         return " AND ".join(
             f"{target_alias}.{quote_ident(k)} = {source_alias}.{quote_ident(k)}" for k in self.keys
         )
+
+    def update_condition(self, target_alias: str = "t") -> str | None:
+        """SQL condition on the target under which a matched row may be updated (None: always)."""
+        if not self.protected:
+            return None
+        return " AND ".join(
+            f"({target_alias}.{quote_ident(col)} IS NULL OR {target_alias}.{quote_ident(col)} <> "
+            f"'{value.replace(chr(39), chr(39) * 2)}')"
+            for col, value in self.protected.items()
+        )
+
+    def is_protected(self, target: Mapping[str, Any]) -> bool:
+        """``update_condition`` in Python: whether ``target`` holds a protected value."""
+        return any(target.get(col) == value for col, value in self.protected.items())
 
     def guard_condition(self, group: GuardGroup, source_alias: str = "s", target_alias: str = "t") -> str:
         """SQL condition under which the source side of ``group`` wins."""

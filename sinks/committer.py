@@ -207,7 +207,8 @@ class DeltaCommitter:
             commit_properties=props,
         )
         if self.spec.mode == "upsert":
-            merger = merger.when_matched_update_all()
+            # Rows another writer owns (MergeSpec.protected) are neither replaced nor inserted again.
+            merger = merger.when_matched_update_all(predicate=spec.update_condition("t"))
         else:
             merger = merger.when_matched_update(spec.update_expressions(self.spec.schema, "s", "t"))
         metrics = merger.when_not_matched_insert_all().execute()

@@ -70,6 +70,8 @@ class TableSpec:
             if merge is None:
                 raise ValueError(f"mode={mode!r} needs merge=MergeSpec(keys=...) to know the key columns")
             merge.validate(schema)
+            if mode == "merge" and merge.protected:
+                raise ValueError("MergeSpec.protected is an upsert rule: use mode='upsert' for it")
             if mode == "upsert" and (merge.guarded or merge.greatest):
                 raise ValueError(
                     "mode='upsert' replaces whole rows and ignores guards: use mode='merge' for a MergeSpec "

@@ -81,6 +81,10 @@ class BatchPart(NamedTuple):
     events' times in Kafka order, for the ``EventTimeGate``), then one part per subtask that owns some
     of the events (``lakestream.keys``). ``late_watermarks`` is filled in by the gate: per event the
     partition's watermark when it was late, else ``NOT_LATE``.
+
+    The speed layer's columns (null without it, and in headers): per event its gold kind, amount in
+    fen, order id and user id (``udfs.ingest_gold.gold_columns``), and ``arrival_watermarks``, which the
+    gate fills in: the partition's watermark when the event arrived, late or not.
     """
 
     split: str
@@ -92,6 +96,11 @@ class BatchPart(NamedTuple):
     id_lo: list[int]
     late_watermarks: list[int] | None
     events: bytes | None
+    gold_kinds: bytes | None = None
+    gold_amounts: list[int] | None = None
+    gold_order_ids: list[str | None] | None = None
+    gold_user_ids: list[str | None] | None = None
+    arrival_watermarks: list[int] | None = None
 
 
 #: ``BatchPart.part`` of a batch's header row.

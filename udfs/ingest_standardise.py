@@ -24,6 +24,7 @@ from lakestream.quality import QualityRules, classify
 from lakestream.standard import EVENT_COLUMNS, Rejected
 from udfs.checkpoint_markers import DATA, Marker
 from udfs.delta_sink import DeltaSinkSpec, TableWriters, rows_to_batch
+from udfs.ingest_gold import GOLD_COLUMN_TYPES, gold_columns
 from udfs.ingest_rows import (
     HEADER,
     BatchPart,
@@ -42,7 +43,9 @@ _QUALITY = EVENT_COLUMNS.index("quality")
 
 #: Main output (``ingest_rows.BatchPart``): per Kafka batch with VALID events a header with their times
 #: in Kafka order (the gate's input), then their bronze rows split by owning subtask, each part with its
-#: events' positions, buckets and id hashes (``lakestream.keys``), late watermarks left for the gate.
+#: events' positions, buckets and id hashes (``lakestream.keys``), late watermarks left for the gate;
+#: with the speed layer on, each part also carries its events' gold inputs (``udfs.ingest_gold``) and
+#: leaves their arrival watermarks to the gate.
 BATCH_TYPE = Types.ROW_NAMED(
     list(BatchPart._fields),
     [
@@ -55,6 +58,8 @@ BATCH_TYPE = Types.ROW_NAMED(
         Types.PRIMITIVE_ARRAY(Types.LONG()),
         Types.PRIMITIVE_ARRAY(Types.LONG()),
         Types.PRIMITIVE_ARRAY(Types.BYTE()),
+        *GOLD_COLUMN_TYPES,
+        Types.PRIMITIVE_ARRAY(Types.LONG()),
     ],
 )
 
@@ -78,9 +83,11 @@ class StandardiseFunction(ProcessFunction):  # type: ignore[misc]
         parallelism: int,
         max_parallelism: int,
         watermark_seeds: Mapping[str, int] | None = None,
+        gold: bool = False,
     ) -> None:
         """``watermark_seeds``: the ``watermark/<topic>/<partition>`` progress a run that continues an
-        earlier one starts from (the gate gets the same), so bronze's record of them never goes back."""
+        earlier one starts from (the gate gets the same), so bronze's record of them never goes back.
+        ``gold``: fill the parts' gold input columns (the speed layer, ``gold.enabled``)."""
         if not 1 <= parallelism <= max_parallelism:
             raise ValueError(
                 f"flink.parallelism ({parallelism}) must be between 1 and flink.max_parallelism "
@@ -100,6 +107,7 @@ class StandardiseFunction(ProcessFunction):  # type: ignore[misc]
         self.max_parallelism = max_parallelism
         self._bronze_schema = tables[BRONZE].schema
         self._maxima = dict(watermark_seeds or {})
+        self.gold = gold
 
     def open(self, runtime_context: RuntimeContext) -> None:
         """Resolve adapters once and register the quality counters."""
@@ -157,7 +165,7 @@ class StandardiseFunction(ProcessFunction):  # type: ignore[misc]
         if times:
             events = bronze if len(times) == len(rows) else bronze.filter(pa.array(valid))
             split = f"{batch.topic}#{batch.partition}"
-            yield Row(split, HEADER, times, [], [], [], [], None, None)
+            yield Row(split, HEADER, times, [], [], [], [], None, None, None, None, None, None, None)
             parts = split_by_subtask(
                 events.column("order_id").to_pylist(),
                 events.column("event_id").to_pylist(),
@@ -167,6 +175,7 @@ class StandardiseFunction(ProcessFunction):  # type: ignore[misc]
             whole = len(parts) == 1
             for part in parts:
                 rows_of_part = events if whole else events.take(pa.array(part.positions, pa.int32()))
+                gold_cols = gold_columns(rows_of_part) if self.gold else (None, None, None, None)
                 yield Row(
                     split,
                     part.subtask,
@@ -177,6 +186,8 @@ class StandardiseFunction(ProcessFunction):  # type: ignore[misc]
                     part.id_lo,
                     None,
                     pack_events(rows_of_part),
+                    *gold_cols,
+                    None,
                 )
 
     def _note_progress(self, batch: KafkaBatch, times: list[int]) -> None:

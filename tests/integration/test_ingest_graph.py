@@ -1,6 +1,7 @@
 """The ingest job graph as Flink builds it (a real JVM in a child process, nothing executed): the stable
 operator uids that checkpoints are restored by, every stage at the job's parallelism, the stream keyed
-in front of the de-dup operator, and the silver committer alone at parallelism 1."""
+in front of the de-dup operator, the silver committer alone at parallelism 1, and the speed layer
+(``gold.enabled``) behind the de-dup's side output, with uids of its own, or absent."""
 
 from __future__ import annotations
 
@@ -9,8 +10,12 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from lakestream.gold import GoldSettings
+from udfs.ingest_gold import sql_uid_prefix
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,7 +26,9 @@ PROBE = textwrap.dedent(
     from lakestream.config import load_config
     from flink_jobs.ingest import build_ingest_job
 
-    cfg = load_config(environ={"LAKESTREAM__FLINK__PARALLELISM": "3"})
+    cfg = load_config(
+        environ={"LAKESTREAM__FLINK__PARALLELISM": "3", "LAKESTREAM__GOLD__ENABLED": sys.argv[2]}
+    )
     env = build_ingest_job(
         cfg, bootstrap_servers="127.0.0.1:9", bounded=False, checkpoint_dir=sys.argv[1]
     )
@@ -53,13 +60,38 @@ UIDS = {
     "ingest-silver-committer",
     "ingest-silver-committer-end",
 }
+#: The speed layer's operators; the SQL ones are named by ``table.exec.uid.format``: the digest of the
+#: query's text, then the planner's node ids (DESIGN.md section 11.6: what a changed query means).
+SQL = sql_uid_prefix(GoldSettings())
+GOLD_UIDS = {
+    "ingest-gold-lateness",
+    f"{SQL}1_source",
+    f"{SQL}2_mini-batch-assigner",
+    f"{SQL}3_calc",
+    f"{SQL}4_local-group-aggregate",
+    f"{SQL}6_global-group-aggregate",
+    f"{SQL}7_calc",
+    f"{SQL}8_constraint-validator",
+    f"{SQL}8_external-datastream",
+    "ingest-gold-upsert-markers",
+    "ingest-gold-writer",
+    "ingest-gold-end",
+}
+#: At the job's parallelism, chained after the de-dup: the event rows and their pre-aggregation.
+GOLD_PARALLEL = {
+    "ingest-gold-lateness",
+    f"{SQL}1_source",
+    f"{SQL}2_mini-batch-assigner",
+    f"{SQL}3_calc",
+    f"{SQL}4_local-group-aggregate",
+}
 
 
-def test_operator_uids_and_the_silver_committer(tmp_path: Path) -> None:
+def _graph(tmp_path: Path, gold: bool) -> dict[str, dict[str, object]]:
     script = tmp_path / "probe.py"
     script.write_text(PROBE)
     proc = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "ckpt")],
+        [sys.executable, str(script), str(tmp_path / "ckpt"), "true" if gold else "false"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -67,7 +99,27 @@ def test_operator_uids_and_the_silver_committer(tmp_path: Path) -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    nodes = {n["uid"]: n for n in json.loads(proc.stdout.strip().splitlines()[-1])}
+    return {n["uid"]: n for n in json.loads(proc.stdout.strip().splitlines()[-1])}
+
+
+def test_the_speed_layer_hangs_off_the_dedup_side_output_and_is_gone_when_disabled(tmp_path: Path) -> None:
+    nodes = _graph(tmp_path, gold=True)
+    assert set(nodes) == UIDS | GOLD_UIDS
+    [(source, partitioner)] = nodes["ingest-gold-lateness"]["in"]  # type: ignore[misc]
+    assert source == "ingest-dedup" and partitioner == "FORWARD"
+    for uid in GOLD_UIDS:
+        assert nodes[uid]["parallelism"] == (3 if uid in GOLD_PARALLEL else 1), uid
+    [(source, partitioner)] = nodes[f"{SQL}6_global-group-aggregate"]["in"]  # type: ignore[misc]
+    assert source == f"{SQL}4_local-group-aggregate" and partitioner == "HASH"
+    # The stamp reads the changelog and, on its second input, the lateness gate's watermarks.
+    sources = {src for src, _ in nodes["ingest-gold-upsert-markers"]["in"]}  # type: ignore[attr-defined]
+    assert sources == {f"{SQL}8_external-datastream", "ingest-gold-lateness"}
+    # Off: the graph of the five tables only, exactly as before the speed layer.
+    assert set(_graph(tmp_path, gold=False)) == UIDS
+
+
+def test_operator_uids_and_the_silver_committer(tmp_path: Path) -> None:
+    nodes: dict[str, Any] = _graph(tmp_path, gold=False)
     # Checkpoints are restored by uid: every operator has a stable one (a changed or missing uid loses
     # or orphans that operator's state on upgrade; see the README's upgrade notes).
     assert set(nodes) == UIDS

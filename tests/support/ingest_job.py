@@ -45,10 +45,11 @@ def setup_topics(
     return topics, env
 
 
-def start_unbounded(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+def start_unbounded(env: dict[str, str], log: Path, *, cwd: Path = ROOT) -> subprocess.Popen[bytes]:
+    """``lakestream ingest`` (unbounded) of the source tree ``cwd`` (default: this one)."""
     return subprocess.Popen(
         [sys.executable, "-m", "flink_jobs", "ingest"],
-        cwd=ROOT,
+        cwd=cwd,
         env={**os.environ, **env},
         stdout=log.open("ab"),
         stderr=subprocess.STDOUT,

@@ -296,6 +296,49 @@ def test_upsert_replaces_whole_rows_with_the_latest(tmp_path: Path) -> None:
     assert_no_orphans(t)
 
 
+def test_upsert_never_replaces_a_protected_row_nor_inserts_its_key_again(tmp_path: Path) -> None:
+    """Gold's rule: a row another layer owns (here ``w = 'batch'``) stays as it is, one row per key."""
+    t = tmp_path / "kv"
+    spec = MergeSpec(keys=("id",), protected={"w": "batch"})
+    w = open_writer(t, restored=None, schema=KV, mode="upsert", merge=spec)
+    w.write(batch([{"id": 1, "v": "a", "w": "realtime"}, {"id": 2, "v": "b", "w": "realtime"}], KV))
+    w.prepare(1)
+    w.commit(1)
+    # Another writer replaces key 2 with its own row (and a null-layer row, which is not protected).
+    DeltaTable(str(t)).update({"w": "'batch'", "v": "'B'"}, predicate="id = 2")
+    w.write(batch([{"id": 1, "v": "a2", "w": "realtime"}, {"id": 2, "v": "b2", "w": "realtime"}], KV))
+    w.write(batch([{"id": 3, "v": "c", "w": None}], KV))
+    w.prepare(2)
+    w.commit(2)
+    w.write(batch([{"id": 3, "v": "c2", "w": "realtime"}], KV))
+    w.prepare(3)
+    w.commit(3)
+    expected = pa.Table.from_pylist(
+        [
+            {"id": 1, "v": "a2", "w": "realtime"},
+            {"id": 2, "v": "B", "w": "batch"},
+            {"id": 3, "v": "c2", "w": "realtime"},
+        ],
+        schema=KV,
+    )
+    assert_same_rows(snapshot_rows(t, KV, ["id"]), expected)
+    assert DeltaTable(str(t)).to_pyarrow_table().num_rows == 3
+    assert spec.is_protected({"w": "batch"}) and not spec.is_protected({"w": None})
+
+
+def test_protected_columns_are_for_upserts_only(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="upsert rule"):
+        TwoPhaseDeltaWriter(
+            table_uri=str(tmp_path),
+            app_prefix="j",
+            schema=SILVER,
+            mode="merge",
+            merge=replace(SPEC, protected={"status": "x"}),
+        )
+    with pytest.raises(ValueError, match="is a key"):
+        MergeSpec(keys=("id",), protected={"id": "x"})
+
+
 def test_null_keys_are_refused(tmp_path: Path) -> None:
     w = open_writer(tmp_path / "kv", restored=None, schema=KV, mode="upsert", merge=MergeSpec(keys=("id",)))
     with pytest.raises(KeyNullError, match="'id' has 1 null"):

@@ -40,7 +40,9 @@ import org.apache.flink.types.Row;
  *       the event is late when its time is at or below it; the late watermarks are kept for the
  *       split's parts until its next header. Headers are not emitted;
  *   <li>a part gets {@code late_watermarks[k] = late[positions[k]]} ({@link #NOT_LATE} when on time)
- *       and is emitted with the split's max event time as its timestamp; a part without a header
+ *       and, when it carries the speed layer's columns ({@link #GOLD_KINDS} not null), {@code
+ *       arrival_watermarks[k]}: the split's watermark when that event arrived (late or not), so the
+ *       speed layer's allowed-lateness decision is as deterministic as the late one; it is emitted with the split's max event time as its timestamp; a part without a header
  *       before it fails;
  *   <li>the emitted Flink watermark combines the splits like a source does: the minimum over the
  *       splits this subtask has seen (since it started) that are not idle, never moving backwards;
@@ -81,6 +83,25 @@ public class EventTimeGate extends AbstractStreamOperator<Row>
     public static final int LATE_WATERMARKS = 7;
     /** A part's events as Arrow IPC (opaque here). */
     public static final int EVENTS = 8;
+    /** Per event of a part, or null without the speed layer: its gold kind ({@code lakestream.gold}). */
+    public static final int GOLD_KINDS = 9;
+    /** Per event of a part (speed layer): its amount in fen, unscaled ({@link #NO_AMOUNT} for none). */
+    public static final int GOLD_AMOUNTS = 10;
+    /** Per event of a part (speed layer): its order id (STRING array, null entries for none). */
+    public static final int GOLD_ORDER_IDS = 11;
+    /** Per event of a part (speed layer): its user id (STRING array, null entries for none). */
+    public static final int GOLD_USER_IDS = 12;
+    /**
+     * Per event of a part, filled in here when the part carries {@link #GOLD_KINDS}: its split's
+     * watermark at its arrival ({@link #NO_WATERMARK} before the split's first event).
+     */
+    public static final int ARRIVAL_WATERMARKS = 13;
+    /** Fields of a batch row with the speed layer's columns. */
+    public static final int GOLD_ARITY = 14;
+    /** {@link #GOLD_AMOUNTS} entry of an event without an amount. */
+    public static final long NO_AMOUNT = Long.MIN_VALUE;
+    /** {@link #ARRIVAL_WATERMARKS} entry of an event that arrived before its split had a watermark. */
+    public static final long NO_WATERMARK = Long.MIN_VALUE;
     /** {@link #PART} of a header row. */
     public static final int HEADER = -1;
     /** Late watermark of an event that is not late. */
@@ -95,6 +116,8 @@ public class EventTimeGate extends AbstractStreamOperator<Row>
         boolean idle;
         /** Late watermarks of the split's last header, by header position (null before one). */
         long[] late;
+        /** The split's watermark at the arrival of each event of its last header, by position. */
+        long[] arrival;
     }
 
     private final long boundMillis;
@@ -222,6 +245,7 @@ public class EventTimeGate extends AbstractStreamOperator<Row>
         if (eventTimes.length == 0) {
             if (split != null) {
                 split.late = new long[0];
+                split.arrival = new long[0];
             }
             return;
         }
@@ -244,11 +268,14 @@ public class EventTimeGate extends AbstractStreamOperator<Row>
         split.lastRecordAt = lastRecordAt;
         long before = split.maxEventTime;
         long[] late = new long[eventTimes.length];
+        long[] arrival = new long[eventTimes.length];
         for (int i = 0; i < eventTimes.length; i++) {
             long eventTime = eventTimes[i];
             late[i] = NOT_LATE;
+            arrival[i] = NO_WATERMARK;
             if (split.maxEventTime != Long.MIN_VALUE) {
                 long splitWatermark = split.maxEventTime - boundMillis - 1;
+                arrival[i] = splitWatermark;
                 if (eventTime <= splitWatermark) {
                     late[i] = splitWatermark;
                 }
@@ -258,6 +285,7 @@ public class EventTimeGate extends AbstractStreamOperator<Row>
             }
         }
         split.late = late;
+        split.arrival = arrival;
         // Only the split(s) at the minimum can move the minimum.
         recompute |= split.maxEventTime > before && before <= activeMin;
         if (recompute) {
@@ -284,7 +312,9 @@ public class EventTimeGate extends AbstractStreamOperator<Row>
         }
         int[] positions = (int[]) positionsField;
         long[] late = split.late;
+        boolean gold = row.getArity() >= GOLD_ARITY && row.getField(GOLD_KINDS) != null;
         long[] partLate = new long[positions.length];
+        long[] partArrival = gold ? new long[positions.length] : null;
         for (int k = 0; k < positions.length; k++) {
             int position = positions[k];
             if (position < 0 || position >= late.length) {
@@ -293,8 +323,14 @@ public class EventTimeGate extends AbstractStreamOperator<Row>
                                 + position + " is outside the header's " + late.length + " events");
             }
             partLate[k] = late[position];
+            if (gold) {
+                partArrival[k] = split.arrival[position];
+            }
         }
         row.setField(LATE_WATERMARKS, partLate);
+        if (gold) {
+            row.setField(ARRIVAL_WATERMARKS, partArrival);
+        }
         output.collect(element.replace(row, split.maxEventTime));
     }
 

@@ -20,6 +20,7 @@ import org.apache.flink.runtime.state.KeyGroupRangeAssignment;
 import org.apache.flink.runtime.state.StateInitializationContext;
 import org.apache.flink.streaming.runtime.streamrecord.StreamRecord;
 import org.apache.flink.types.Row;
+import org.apache.flink.util.OutputTag;
 
 /**
  * De-duplicates events by the hash of their event id in checkpointed keyed state, batches the gated
@@ -45,6 +46,12 @@ import org.apache.flink.types.Row;
  * {@code maxEvents} events, {@code maxDelayMillis} after the first buffered part, and always before
  * PRECOMMIT and END_OF_INPUT, so nothing buffered is ever part of a checkpoint (the buffer is not
  * state). Counters {@code lakestream.events_unique} and {@code lakestream.events_duplicate}.
+ *
+ * <p>Side output {@link #GOLD_EVENTS} (the speed layer): for each part that carries the gold columns
+ * ({@link EventTimeGate#GOLD_KINDS} not null), one row of {@link #goldEventsType()} with the part's
+ * fresh events only (first sightings: re-deliveries never reach the gold metrics), their event
+ * times, gold inputs and arrival watermarks, timestamped like the part. A part without fresh events
+ * emits nothing there. The resolve output is the same with or without it.
  */
 public class KeyedDedupEpochOperator extends CheckpointEpochOperator<Row>
         implements ProcessingTimeCallback {
@@ -56,6 +63,18 @@ public class KeyedDedupEpochOperator extends CheckpointEpochOperator<Row>
     public static final int RESOLVE_LATE_WATERMARKS = 1;
     public static final int RESOLVE_FRESH = 2;
     public static final int RESOLVE_EVENT_COUNT = 3;
+
+    /** Positions in a {@link #goldEventsType()} row. */
+    public static final int GOLD_EVENT_TIMES = 0;
+    public static final int GOLD_EVENT_KINDS = 1;
+    public static final int GOLD_EVENT_AMOUNTS = 2;
+    public static final int GOLD_EVENT_ORDER_IDS = 3;
+    public static final int GOLD_EVENT_USER_IDS = 4;
+    public static final int GOLD_EVENT_ARRIVAL_WATERMARKS = 5;
+
+    /** Side output of the fresh events' gold inputs, one row per part (see the class comment). */
+    public static final OutputTag<Row> GOLD_EVENTS =
+            new OutputTag<>("lakestream-gold-events", goldEventsType());
 
     private final long ttlMillis;
     private final int maxEvents;
@@ -107,6 +126,22 @@ public class KeyedDedupEpochOperator extends CheckpointEpochOperator<Row>
                     Types.INT
                 },
                 new String[] {"events", "late_watermarks", "fresh", "event_count"});
+    }
+
+    /** The {@link #GOLD_EVENTS} row type: per fresh event of a part, column-wise. */
+    public static RowTypeInfo goldEventsType() {
+        return new RowTypeInfo(
+                new TypeInformation<?>[] {
+                    Types.PRIMITIVE_ARRAY(Types.LONG),
+                    Types.PRIMITIVE_ARRAY(Types.BYTE),
+                    Types.PRIMITIVE_ARRAY(Types.LONG),
+                    Types.OBJECT_ARRAY(Types.STRING),
+                    Types.OBJECT_ARRAY(Types.STRING),
+                    Types.PRIMITIVE_ARRAY(Types.LONG)
+                },
+                new String[] {
+                    "event_times", "kinds", "amounts", "order_ids", "user_ids", "arrival_watermarks"
+                });
     }
 
     /** The operator's output type: markers carrying {@link #resolveBatchType()} payloads. */
@@ -215,6 +250,10 @@ public class KeyedDedupEpochOperator extends CheckpointEpochOperator<Row>
         }
         unique.inc(freshCount);
         duplicate.inc(n - freshCount);
+        if (freshCount > 0 && part.getArity() >= EventTimeGate.GOLD_ARITY
+                && part.getField(EventTimeGate.GOLD_KINDS) != null) {
+            emitGold(element, part, fresh, freshCount, split, partIndex);
+        }
 
         if (bufferedCount == 0) {
             bufferedSince = getProcessingTimeService().getCurrentProcessingTime();
@@ -228,6 +267,56 @@ public class KeyedDedupEpochOperator extends CheckpointEpochOperator<Row>
         } else if (!timerPending) {
             timerPending = true;
             getProcessingTimeService().registerTimer(bufferedSince + maxDelayMillis, this);
+        }
+    }
+
+    /** The fresh events' gold inputs of one part, to {@link #GOLD_EVENTS}. */
+    private void emitGold(
+            StreamRecord<Row> element, Row part, boolean[] fresh, int freshCount, String split,
+            Object partIndex) {
+        int n = fresh.length;
+        long[] times = field(part, EventTimeGate.EVENT_TIMES, "event_times", long[].class, split, partIndex);
+        byte[] kinds = field(part, EventTimeGate.GOLD_KINDS, "gold_kinds", byte[].class, split, partIndex);
+        long[] amounts =
+                field(part, EventTimeGate.GOLD_AMOUNTS, "gold_amounts", long[].class, split, partIndex);
+        String[] orders =
+                field(part, EventTimeGate.GOLD_ORDER_IDS, "gold_order_ids", String[].class, split, partIndex);
+        String[] users =
+                field(part, EventTimeGate.GOLD_USER_IDS, "gold_user_ids", String[].class, split, partIndex);
+        long[] arrival =
+                field(part, EventTimeGate.ARRIVAL_WATERMARKS, "arrival_watermarks", long[].class, split,
+                        partIndex);
+        checkLength(times.length, n, "event_times", EventTimeGate.EVENT_TIMES, split, partIndex);
+        checkLength(kinds.length, n, "gold_kinds", EventTimeGate.GOLD_KINDS, split, partIndex);
+        checkLength(amounts.length, n, "gold_amounts", EventTimeGate.GOLD_AMOUNTS, split, partIndex);
+        checkLength(orders.length, n, "gold_order_ids", EventTimeGate.GOLD_ORDER_IDS, split, partIndex);
+        checkLength(users.length, n, "gold_user_ids", EventTimeGate.GOLD_USER_IDS, split, partIndex);
+        checkLength(
+                arrival.length, n, "arrival_watermarks", EventTimeGate.ARRIVAL_WATERMARKS, split,
+                partIndex);
+        long[] outTimes = new long[freshCount];
+        byte[] outKinds = new byte[freshCount];
+        long[] outAmounts = new long[freshCount];
+        String[] outOrders = new String[freshCount];
+        String[] outUsers = new String[freshCount];
+        long[] outArrival = new long[freshCount];
+        int at = 0;
+        for (int k = 0; k < n; k++) {
+            if (fresh[k]) {
+                outTimes[at] = times[k];
+                outKinds[at] = kinds[k];
+                outAmounts[at] = amounts[k];
+                outOrders[at] = orders[k];
+                outUsers[at] = users[k];
+                outArrival[at] = arrival[k];
+                at++;
+            }
+        }
+        Row row = Row.of(outTimes, outKinds, outAmounts, outOrders, outUsers, outArrival);
+        if (element.hasTimestamp()) {
+            output.collect(GOLD_EVENTS, new StreamRecord<>(row, element.getTimestamp()));
+        } else {
+            output.collect(GOLD_EVENTS, new StreamRecord<>(row));
         }
     }
 

@@ -123,6 +123,32 @@ class EventTimeGateTest {
     }
 
     @Test
+    void goldPartsGetEachEventsSplitWatermarkAtItsArrivalLateOrNot() throws Exception {
+        try (OneInputStreamOperatorTestHarness<Row, Row> h = gate()) {
+            // Bound 10: watermark before each event = max so far - 11.
+            h.processElement(header("t#0", 100, 95, 89, 120, 109, 110), 0);
+            int[] positions = {5, 0, 2, 3, 4};
+            int n = positions.length;
+            Row gold = Harnesses.goldPart("t#0", 0, new long[n], positions, new int[n], new long[n],
+                    new long[n], new byte[n], new long[n], new String[n], new String[n]);
+            h.processElement(gold, 0);
+            Row plain = Harnesses.goldPart("t#0", 0, new long[2], new int[] {5, 0}, new int[2],
+                    new long[2], new long[2], null, null, null, null);
+            h.processElement(plain, 0);
+            List<StreamRecord<Row>> out = records(h);
+            assertEquals(2, out.size());
+            Row g = out.get(0).getValue();
+            assertArrayEquals(
+                    new long[] {109, EventTimeGate.NO_WATERMARK, 89, 89, 109},
+                    (long[]) g.getField(EventTimeGate.ARRIVAL_WATERMARKS));
+            assertArrayEquals(new long[] {NOT_LATE, NOT_LATE, 89, NOT_LATE, 109}, late(g));
+            // A part without the gold columns (the speed layer off) gets no arrival watermarks.
+            assertEquals(null, out.get(1).getValue().getField(EventTimeGate.ARRIVAL_WATERMARKS));
+            assertArrayEquals(new long[] {NOT_LATE, NOT_LATE}, late(out.get(1).getValue()));
+        }
+    }
+
+    @Test
     void seedsStartTheSplitsOfAStartWithoutStateAndARestoreIgnoresThem() throws Exception {
         Map<String, Long> seeds = Map.of("t#0", 1000L, "t#9", 5000L);
         OperatorSubtaskState snapshot;

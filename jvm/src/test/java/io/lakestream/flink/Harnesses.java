@@ -153,6 +153,25 @@ final class Harnesses {
         return Row.of(split, part, eventTimes, positions, buckets, idHi, idLo, null, events);
     }
 
+    /**
+     * A part row with the speed layer's columns: per event its kind, amount in fen (or {@link
+     * EventTimeGate#NO_AMOUNT}), order and user ids; arrival watermarks left for the gate.
+     */
+    static Row goldPart(
+            String split, int part, long[] eventTimes, int[] positions, int[] buckets, long[] idHi,
+            long[] idLo, byte[] kinds, long[] amounts, String[] orders, String[] users) {
+        Row row = new Row(EventTimeGate.GOLD_ARITY);
+        Row base = part(split, part, eventTimes, positions, buckets, idHi, idLo, new byte[] {1});
+        for (int i = 0; i < base.getArity(); i++) {
+            row.setField(i, base.getField(i));
+        }
+        row.setField(EventTimeGate.GOLD_KINDS, kinds);
+        row.setField(EventTimeGate.GOLD_AMOUNTS, amounts);
+        row.setField(EventTimeGate.GOLD_ORDER_IDS, orders);
+        row.setField(EventTimeGate.GOLD_USER_IDS, users);
+        return row;
+    }
+
     static StreamRecord<Row> record(Row row) {
         return new StreamRecord<>(row);
     }

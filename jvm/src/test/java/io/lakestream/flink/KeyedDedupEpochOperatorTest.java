@@ -206,6 +206,100 @@ class KeyedDedupEpochOperatorTest {
 
     // ------------------------------------------------------------------------------------------
 
+    /** A part with the speed layer's columns, as the gate emits it (arrival watermarks filled in). */
+    private static Row goldPart(List<Id> ids, long[] times, long[] arrival) {
+        int n = ids.size();
+        int[] pos = new int[n];
+        int[] buckets = new int[n];
+        long[] hi = new long[n];
+        long[] lo = new long[n];
+        byte[] kinds = new byte[n];
+        long[] amounts = new long[n];
+        String[] orders = new String[n];
+        String[] users = new String[n];
+        for (int k = 0; k < n; k++) {
+            Id id = ids.get(k);
+            pos[k] = k;
+            buckets[k] = id.bucket(MAX_PARALLELISM);
+            hi[k] = id.hi;
+            lo[k] = id.lo;
+            kinds[k] = (byte) (10 + k);
+            amounts[k] = k == 1 ? EventTimeGate.NO_AMOUNT : 100 + k;
+            orders[k] = "o" + id.lo;
+            users[k] = k == 0 ? null : "u" + k;
+        }
+        Row row = Harnesses.goldPart("t#0", 0, times, pos, buckets, hi, lo, kinds, amounts, orders, users);
+        row.setField(EventTimeGate.LATE_WATERMARKS, new long[n]);
+        row.setField(EventTimeGate.ARRIVAL_WATERMARKS, arrival);
+        return row;
+    }
+
+    @ParameterizedTest
+    @ValueSource(strings = {"hashmap", "rocksdb"})
+    void theGoldSideOutputCarriesTheFreshEventsOfEachPartOnly(String backend) throws Exception {
+        Id a = id(1), b = id(2), c = id(3);
+        List<OperatorSubtaskState> state;
+        try (KeyedOneInputStreamOperatorTestHarness<Integer, Row, Row> h =
+                Harnesses.keyed(new KeyedDedupEpochOperator(60_000, 100, 60_000, MAX_PARALLELISM),
+                        new JobID(), MAX_PARALLELISM, 1, 0, backend)) {
+            h.open();
+            h.processElement(goldPart(List.of(a, b, a), new long[] {7, 8, 9}, new long[] {-5, -4, -3}), 77);
+            h.processElement(goldPart(List.of(b, a), new long[] {1, 2}, new long[] {0, 0}), 78);
+            h.processElement(goldPart(List.of(b, c), new long[] {3, 4}, new long[] {1, 2}), 79);
+            // The plain (resolve) path is unchanged: every event with its fresh flag.
+            h.prepareSnapshotPreBarrier(1);
+            List<Row> resolve = payloads(drain(h));
+            assertEquals(1, resolve.size());
+            assertArrayEquals(bools(true, true, false, false, false, false, true),
+                    (boolean[]) resolve.get(0).getField(KeyedDedupEpochOperator.RESOLVE_FRESH));
+            List<org.apache.flink.streaming.runtime.streamrecord.StreamRecord<Row>> gold =
+                    new ArrayList<>(h.getSideOutput(KeyedDedupEpochOperator.GOLD_EVENTS));
+            assertEquals(2, gold.size()); // the all-duplicates part emits nothing
+            Row first = gold.get(0).getValue();
+            assertEquals(77, gold.get(0).getTimestamp());
+            assertArrayEquals(new long[] {7, 8}, (long[]) first.getField(KeyedDedupEpochOperator.GOLD_EVENT_TIMES));
+            assertArrayEquals(new byte[] {10, 11}, (byte[]) first.getField(KeyedDedupEpochOperator.GOLD_EVENT_KINDS));
+            assertArrayEquals(new long[] {100, EventTimeGate.NO_AMOUNT},
+                    (long[]) first.getField(KeyedDedupEpochOperator.GOLD_EVENT_AMOUNTS));
+            assertArrayEquals(new String[] {"o" + a.lo, "o" + b.lo},
+                    (String[]) first.getField(KeyedDedupEpochOperator.GOLD_EVENT_ORDER_IDS));
+            assertArrayEquals(new String[] {null, "u1"},
+                    (String[]) first.getField(KeyedDedupEpochOperator.GOLD_EVENT_USER_IDS));
+            assertArrayEquals(new long[] {-5, -4},
+                    (long[]) first.getField(KeyedDedupEpochOperator.GOLD_EVENT_ARRIVAL_WATERMARKS));
+            Row third = gold.get(1).getValue();
+            assertEquals(79, gold.get(1).getTimestamp());
+            assertArrayEquals(new long[] {4}, (long[]) third.getField(KeyedDedupEpochOperator.GOLD_EVENT_TIMES));
+            assertArrayEquals(new byte[] {11}, (byte[]) third.getField(KeyedDedupEpochOperator.GOLD_EVENT_KINDS));
+            assertArrayEquals(new long[] {2},
+                    (long[]) third.getField(KeyedDedupEpochOperator.GOLD_EVENT_ARRIVAL_WATERMARKS));
+            state = List.of(h.snapshot(1, 0));
+        }
+        // Across a restore, a re-delivery stays out of the side output.
+        try (KeyedOneInputStreamOperatorTestHarness<Integer, Row, Row> h =
+                Harnesses.keyed(new KeyedDedupEpochOperator(60_000, 100, 60_000, MAX_PARALLELISM),
+                        new JobID(), MAX_PARALLELISM, 1, 0, backend)) {
+            h.initializeState(Harnesses.rescale(state, MAX_PARALLELISM, 1, 0));
+            h.open();
+            h.processElement(goldPart(List.of(c, id(4)), new long[] {5, 6}, new long[] {3, 3}), 80);
+            List<org.apache.flink.streaming.runtime.streamrecord.StreamRecord<Row>> gold =
+                    new ArrayList<>(h.getSideOutput(KeyedDedupEpochOperator.GOLD_EVENTS));
+            assertEquals(1, gold.size());
+            assertArrayEquals(new long[] {6}, (long[]) gold.get(0).getValue().getField(KeyedDedupEpochOperator.GOLD_EVENT_TIMES));
+        }
+    }
+
+    @Test
+    void partsWithoutTheGoldColumnsHaveNoSideOutput() throws Exception {
+        try (KeyedOneInputStreamOperatorTestHarness<Integer, Row, Row> h =
+                Harnesses.keyed(new KeyedDedupEpochOperator(60_000, 100, 60_000, MAX_PARALLELISM),
+                        new JobID(), MAX_PARALLELISM, 1, 0, "hashmap")) {
+            h.open();
+            h.processElement(part(id(1), id(2)), 0);
+            assertEquals(null, h.getSideOutput(KeyedDedupEpochOperator.GOLD_EVENTS));
+        }
+    }
+
     @ParameterizedTest
     @ValueSource(strings = {"hashmap", "rocksdb"})
     void duplicatesWithinAPartAcrossPartsAndAcrossCheckpoints(String backend) throws Exception {

@@ -1,0 +1,299 @@
+"""The speed layer of the gold metrics inside ``lakestream ingest``: gold inputs out of standardise,
+the gold SQL in the JVM, the realtime rows into ``gold/order_metrics_5m`` exactly once.
+
+Path (DESIGN.md section 11.6): standardise fills four columns of each part row (``gold_columns``: kind,
+amount in fen, order id, user id per VALID event); the ``EventTimeGate`` adds each event's partition
+watermark at arrival; ``KeyedDedupEpochOperator`` emits the first sightings on its side output;
+``GoldLatenessGate`` drops what is beyond ``gold.allowed_lateness`` and flattens; the Table API runs
+``lakestream.gold.flink_sql`` (its one definition of the metrics) as a GROUP BY over the window
+start; ``GoldUpsertEpochOperator`` keeps the newest row per window and checkpoint and stamps it; the
+Python ``GoldSinkFunction`` upserts by ``window_start`` under the two-phase-commit protocol (section
+3), never over a ``layer = 'batch'`` row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyflink.common import Types
+from pyflink.datastream import ProcessFunction, RuntimeContext
+
+from lakestream.gold import GOLD_SCHEMA, LAYER_REALTIME, METRICS_SCHEMA, GoldSettings, kind_array
+from lakestream.merge_spec import MergeSpec
+from udfs.checkpoint_markers import DATA, KIND_FIELD, OPEN, PAYLOAD_FIELD, Marker, discard
+from udfs.delta_sink import DeltaSinkSpec, TableWriters
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyflink.datastream import DataStream
+
+    from lakestream.config import Config
+
+UTC = timezone.utc
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MS = timedelta(milliseconds=1)
+
+#: ``EventTimeGate.NO_AMOUNT``: the fen entry of an event without an amount.
+NO_AMOUNT = -(2**63)
+#: Upsert by window; a row the batch layer wrote (``layer = 'batch'``) is never replaced.
+GOLD_MERGE = MergeSpec(keys=("window_start",), protected={"layer": "batch"})
+#: The query's columns the sink takes, in ``GOLD_SCHEMA`` order (window bounds, then the metrics).
+EXPORTED = tuple(METRICS_SCHEMA.names)
+#: The view the gold SQL reads (``lakestream.gold.flink_sql``'s input columns).
+SOURCE_VIEW = "lakestream_gold_inputs"
+_FEN = Decimal("0.01")
+
+#: Types of the four part columns standardise fills (``EventTimeGate.GOLD_KINDS`` ..): kinds as bytes,
+#: amounts as unscaled fen, ids as string arrays (null entries for none).
+GOLD_COLUMN_TYPES = [
+    Types.PRIMITIVE_ARRAY(Types.BYTE()),
+    Types.PRIMITIVE_ARRAY(Types.LONG()),
+    Types.BASIC_ARRAY(Types.STRING()),
+    Types.BASIC_ARRAY(Types.STRING()),
+]
+
+
+def gold_columns(events: pa.RecordBatch) -> tuple[bytes, list[int], list[str | None], list[str | None]]:
+    """The gold inputs of a part's VALID bronze rows, column-wise, in the part's order.
+
+    The kind is ``lakestream.gold.kind_array`` (the shared ``KIND_RULES``); amount, order and user id
+    are the bronze columns as ``gold_inputs`` takes them. What ``gold_inputs`` adds, first delivery per
+    event id, is the Java de-dup's: checkpointed across batches and restores.
+    """
+    kinds = kind_array(events.column("source"), events.column("op"))
+    amount = events.column("amount")
+    # decimal(18, 2) -> unscaled int64 (fen): exact; nulls become NO_AMOUNT.
+    fen = pc.cast(pc.multiply(amount, pa.scalar(Decimal(100), pa.decimal128(3, 0))), pa.int64())
+    amounts = np.where(
+        pc.is_valid(fen).to_numpy(zero_copy_only=False),
+        pc.fill_null(fen, 0).to_numpy(zero_copy_only=False),
+        NO_AMOUNT,
+    )
+    return (
+        kinds.to_numpy(zero_copy_only=False).astype(np.int8).tobytes(),
+        amounts.astype(np.int64).tolist(),
+        events.column("order_id").to_pylist(),
+        events.column("user_id").to_pylist(),
+    )
+
+
+def _ms(td: timedelta) -> int:
+    return int(td / _MS)
+
+
+def state_ttl(cfg: Config) -> timedelta:
+    """How long the gold SQL keeps a window's state after its last update (processing time).
+
+    A window takes events until every partition's watermark passed its end plus the allowed
+    lateness; a partition's watermark trails its newest event by the out-of-orderness, and an idle
+    partition holds nobody back for the idleness timeout. So after a window's last event (at the
+    latest its end) the window is open for at most window + allowed lateness + out-of-orderness +
+    idleness of watermark time, which in a live stream passes at the speed of processing time (a
+    replay of old data is faster in event time, so safer). DESIGN.md section 11.6.
+    """
+    et = cfg.event_time
+    return cfg.gold.window + cfg.gold.allowed_lateness + et.max_out_of_orderness + et.idleness_timeout
+
+
+def gold_spec(cfg: Config, job_name: str) -> DeltaSinkSpec:
+    """The realtime writer of the gold table: an upsert by window start, app ids of ``job_name``."""
+    table = cfg.gold.table
+    return DeltaSinkSpec(
+        table_uri=cfg.lakehouse.table_uri(table),
+        app_prefix=f"{job_name}/{table}",
+        schema=GOLD_SCHEMA,
+        mode="upsert",
+        merge=GOLD_MERGE,
+        target_file_size=cfg.tables.merge_target_file_size_mb * 1024 * 1024,
+    )
+
+
+def _from_ms(ms: int) -> datetime:
+    return EPOCH + timedelta(milliseconds=ms)
+
+
+def gold_row(payload: Any) -> tuple[Any, ...]:
+    """A ``GoldUpsertEpochOperator`` payload (epoch ms, counts, gmv in fen, stamps) as a
+    ``GOLD_SCHEMA`` tuple of the realtime layer."""
+    values = list(payload)
+    n = len(EXPORTED)
+    exported = dict(zip(EXPORTED, values[:n], strict=True))
+    data_time, updated_at = values[n], values[n + 1]
+    out: list[Any] = []
+    for field in METRICS_SCHEMA:
+        value = exported[field.name]
+        if pa.types.is_timestamp(field.type):
+            out.append(_from_ms(value))
+        elif pa.types.is_decimal(field.type):
+            out.append((Decimal(value) * _FEN).quantize(_FEN))
+        else:
+            out.append(value)
+    # No watermark yet (the first seconds of a run, or up to the idleness timeout while some gate
+    # subtask has no partition with records): the epoch, "nothing is known to be complete".
+    out += [
+        LAYER_REALTIME,
+        _from_ms(data_time) if data_time is not None else EPOCH,
+        None,
+        _from_ms(updated_at),
+    ]
+    return tuple(out)
+
+
+class GoldSinkFunction(ProcessFunction):  # type: ignore[misc]
+    """The realtime writer of the gold table: ``GoldUpsertEpochOperator``'s markers and rows in.
+
+    Creates the table with ``GOLD_SCHEMA`` when missing (``ensure_gold_table``, also refusing one with
+    other columns), then follows the markers like any sink (DESIGN.md section 3).
+    """
+
+    def __init__(self, spec: DeltaSinkSpec) -> None:
+        self.spec = spec
+        self.tables = TableWriters({"gold": spec})
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        """Register the writer's metrics."""
+        self.tables.register_metrics(runtime_context)
+
+    def process_element(self, value: Any, ctx: ProcessFunction.Context) -> Iterator[str]:
+        """A gold row to stage, or a marker (OPEN creates the table first)."""
+        if value[KIND_FIELD] == DATA:
+            self.tables.add("gold", gold_row(value[PAYLOAD_FIELD]))
+            return
+        if Marker.of(value).kind == OPEN:
+            from lakestream.gold import ensure_gold_table
+
+            ensure_gold_table(self.spec.table_uri)
+        yield from self.tables.on_marker(value)
+
+    def close(self) -> None:
+        """Release the writer."""
+        self.tables.close()
+
+
+def speed_layer(
+    env: Any,
+    deduped: DataStream,
+    cfg: Config,
+    spec: DeltaSinkSpec,
+    *,
+    parallelism: int,
+    lineage_start_ms: int | None = None,
+) -> None:
+    """Attach the speed layer to the de-dup operator's stream ``deduped`` (its side output).
+
+    ``lineage_start_ms``: the newest event time the lineage this run continues recorded (the maximum
+    of the watermark seeds); windows starting at or before it are left to the batch layer, as this
+    run's SQL state does not hold the previous lineage's events (``GoldLatenessGate``).
+
+    Operator uids: ``ingest-gold-lateness`` (Java, at the job's parallelism, chained to the de-dup),
+    the SQL operators (``table.exec.uid.generation = ALWAYS``:
+    ``ingest-gold-sql-<query digest>-<node>_<kind>``),
+    ``ingest-gold-upsert-markers`` (Java, 1), ``ingest-gold-writer`` (Python, 1), ``ingest-gold-end``.
+    """
+    from pyflink.datastream import DataStream
+    from pyflink.java_gateway import get_gateway
+    from pyflink.table import Schema, StreamTableEnvironment
+
+    jvm = get_gateway().jvm
+    flink = jvm.io.lakestream.flink
+    settings = GoldSettings.from_config(cfg)
+    j_side = deduped._j_data_stream.getSideOutput(flink.KeyedDedupEpochOperator.GOLD_EVENTS)
+    cut = flink.GoldLatenessGate.NO_CUT if lineage_start_ms is None else int(lineage_start_ms)
+    gate = flink.GoldLatenessGate(_ms(settings.window), _ms(settings.allowed_lateness), cut)
+    j_events = (
+        j_side.transform("gold lateness gate", flink.GoldLatenessGate.eventType(), gate)
+        .uid("ingest-gold-lateness")
+        .setParallelism(parallelism)
+    )
+    t_env = StreamTableEnvironment.create(env)
+    conf = t_env.get_config()
+    for key, value in sql_settings(cfg, settings).items():
+        conf.set(key, value)
+    table = t_env.from_data_stream(
+        DataStream(j_events),
+        Schema.new_builder()
+        .column_by_metadata("rowtime", "TIMESTAMP_LTZ(3)")
+        .watermark("rowtime", "SOURCE_WATERMARK()")
+        .build(),
+    )
+    t_env.create_temporary_view(f"{SOURCE_VIEW}_raw", table)
+    t_env.execute_sql(
+        f"CREATE TEMPORARY VIEW {SOURCE_VIEW} AS SELECT rowtime AS event_time, kind, "
+        "CAST(CAST(amount_fen AS DECIMAL(20, 0)) / 100 AS DECIMAL(18, 2)) AS amount, order_id, user_id "
+        f"FROM {SOURCE_VIEW}_raw"
+    )
+    result = t_env.sql_query(gold_query(settings))
+    changelog = t_env.to_changelog_stream(result)
+    fields = get_gateway().new_array(jvm.java.lang.String, len(EXPORTED))
+    for i, name in enumerate(EXPORTED):
+        fields[i] = name
+    upsert = flink.GoldUpsertEpochOperator("window_start", "window_end", fields, 2, 2)
+    # The event-time watermarks, without records, as the stamp's second input: on the SQL's path the
+    # mini-batch assigner replaces them with processing-time marks.
+    j_watermarks = j_events.getSideOutput(flink.GoldLatenessGate.WATERMARKS)
+    j_marked = (
+        changelog._j_data_stream.connect(j_watermarks)
+        .transform("gold rows + markers", flink.GoldUpsertEpochOperator.markedPayloadType(fields), upsert)
+        .uid("ingest-gold-upsert-markers")
+        .setParallelism(1)
+    )
+    reports = (
+        DataStream(j_marked)
+        .process(GoldSinkFunction(spec), output_type=Types.STRING())
+        .name("gold writer")
+        .uid("ingest-gold-writer")
+        .set_parallelism(1)
+    )
+    discard(reports, name="gold end", uid="ingest-gold-end", parallelism=1)
+
+
+def gold_query(settings: GoldSettings) -> str:
+    """The speed layer's query: ``lakestream.gold.flink_sql`` over ``SOURCE_VIEW``."""
+    from lakestream.gold import flink_sql
+
+    return flink_sql(SOURCE_VIEW, settings)
+
+
+#: Table settings that shape the gold SQL's plan (also part of its uids' digest).
+PLAN_SETTINGS = {
+    "table.exec.mini-batch.enabled": "true",
+    "table.exec.mini-batch.allow-latency": "1 s",
+    "table.exec.mini-batch.size": "20000",
+    "table.exec.resource.default-parallelism": "1",
+}
+
+
+def sql_uid_prefix(settings: GoldSettings) -> str:
+    """Prefix of the gold SQL operators' uids: names the query by a digest of its text and of the
+    settings that shape its plan (``PLAN_SETTINGS``).
+
+    The planner numbers its nodes in plan order and keeps each aggregate's state in a layout of the
+    query's own; another query (a metric added, another window) could reuse a number for a different
+    state. With the digest a changed query has new uids: its state starts empty and the old one is
+    unclaimed, which a restore refuses (DESIGN.md section 11.6 says what to run instead).
+    """
+    import hashlib
+
+    plan = gold_query(settings) + "".join(f"\n{k}={v}" for k, v in sorted(PLAN_SETTINGS.items()))
+    digest = hashlib.sha256(plan.encode()).hexdigest()[:8]
+    return f"ingest-gold-sql-{digest}-"
+
+
+def sql_settings(cfg: Config, settings: GoldSettings) -> dict[str, str]:
+    """Table settings of the gold SQL: stable uids, state TTL, mini-batches, the GROUP BY at parallelism 1.
+
+    Mini-batch (a second at most, always flushed before a checkpoint barrier) turns the per-event state
+    accesses of the aggregate into per-window ones, and makes the planner pre-aggregate each batch
+    in memory before the exchange (local-global aggregation, at the job's parallelism).
+    """
+    return {
+        **PLAN_SETTINGS,
+        "table.exec.uid.generation": "ALWAYS",
+        "table.exec.uid.format": sql_uid_prefix(settings) + "<id>_<transformation>",
+        "table.exec.state.ttl": f"{_ms(state_ttl(cfg))} ms",
+    }
