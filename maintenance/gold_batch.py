@@ -137,7 +137,9 @@ def stream_watermark(bronze: DeltaTable, max_out_of_orderness: timedelta) -> dat
                 newest[key] = max(int(value), newest.get(key, int(value)))
     if not newest:
         return None
-    return datetime.fromtimestamp(min(newest.values()) / 1000, UTC) - max_out_of_orderness
+    # Flink's BoundedOutOfOrdernessWatermarks, as the gate computes them: newest - bound - 1 ms.
+    lowest = datetime.fromtimestamp(min(newest.values()) / 1000, UTC)
+    return lowest - max_out_of_orderness - timedelta(milliseconds=1)
 
 
 def first_open_window(watermark: datetime, settings: GoldSettings) -> datetime:

@@ -446,9 +446,10 @@ def test_windows_the_stream_still_updates_are_not_frozen_by_a_batch_row(
     lake: tuple[Config, list[dict[str, Any]], int],
 ) -> None:
     cfg, expected, _ = lake
-    # The slowest partition saw 04:40: watermark 04:35 (5 min out of order), and a window takes events
-    # until 10 min (allowed lateness) after its end: 04:25-04:30 is the first window still open.
-    slowest, fastest = T1 + timedelta(minutes=40), T2 + timedelta(hours=1)
+    # The slowest partition saw 04:40:00.001: watermark 04:35 (newest - 5 min out of order - 1 ms), and
+    # a window takes events until 10 min (allowed lateness) after its end: 04:20-04:25 has just closed,
+    # 04:25-04:30 is the first window still open.
+    slowest, fastest = T1 + timedelta(minutes=40, milliseconds=1), T2 + timedelta(hours=1)
     _record_stream_progress(cfg, {"orders.db.changes/0": slowest, "payments.callbacks/0": fastest})
     run = lakestream(cfg, "backfill", "--from", "2024-06-01T04:00:00Z", "--to", "2024-06-01T05:00:00Z")
     assert run.returncode == 2, run.stdout + run.stderr

@@ -1,0 +1,123 @@
+"""The lambda layers together, as a user runs them: the speed layer misses events beyond the allowed
+lateness, ``reconcile`` names exactly those windows, ``reconcile --fix`` backfills them from bronze,
+``reconcile`` passes, and ``query metrics`` serves the corrected numbers as batch rows.
+
+Real broker, ``lakestream ingest --bounded`` on a MiniCluster, the real Delta tables; the expectations
+come from what the test produced (``test_gold_speed_layer``'s scenario and lateness oracle) and the
+plain-Python reference of the gold definition, never from the jobs' code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from lakestream.gold import reference_aggregate
+from tests.integration.test_gold_speed_layer import (
+    BOUND,
+    LATENESS,
+    SETTINGS,
+    START,
+    UTC,
+    WINDOW,
+    Event,
+    classify,
+    gold_env,
+    metrics_of,
+    produce,
+    scenario,
+)
+from tests.support.cli import run_cli
+
+pytestmark = pytest.mark.integration
+
+#: The range reconciled: the scenario's hour and the hour before it (late events land there too).
+FROM, TO = START - timedelta(hours=1), START + timedelta(hours=1)
+
+
+def _iso(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m flink_jobs ARGS`` whatever its exit code (reconcile's 1 is an answer here)."""
+    return subprocess.run(
+        [sys.executable, "-m", "flink_jobs", *args],
+        cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def _first_open_window(events: list[Event]) -> datetime:
+    """Where the stream may still update windows: per Kafka partition the newest VALID event time (what
+    ingest records with bronze), the lowest of them minus the bound and 1 ms is the watermark, and the
+    window holding the watermark minus the allowed lateness is the first not yet closed."""
+    newest: dict[tuple[str, int], datetime] = {}
+    for e in events:
+        key = (e.source, e.partition)
+        newest[key] = max(newest.get(key, e.at), e.at)
+    watermark = min(newest.values()) - BOUND - timedelta(milliseconds=1)
+    t = watermark - LATENESS
+    return datetime.fromtimestamp((int(t.timestamp()) // 300) * 300, UTC)
+
+
+def test_reconcile_names_the_windows_the_speed_layer_missed_and_fix_serves_batch_rows(
+    kafka: str, lakehouse: Path, tmp_path: Path
+) -> None:
+    topics, env = gold_env(kafka, tmp_path, lakehouse)
+    events = scenario(seed=16)
+    produce(kafka, topics, events)
+    run_cli("ingest", "--bounded", env=env, timeout=300)
+
+    counted, beyond = classify(events)
+    everything = metrics_of(reference_aggregate([e.gold_input() for e in counted + beyond], SETTINGS))
+    realtime = metrics_of(reference_aggregate([e.gold_input() for e in counted], SETTINGS))
+    first_open = _first_open_window(events)
+    missed = sorted(w for w in everything if FROM <= w < first_open and realtime.get(w) != everything[w])
+    assert missed, "the scenario has closed windows with events beyond the allowed lateness"
+
+    span = ("--from", _iso(FROM), "--to", _iso(TO))
+    run = _cli(env, "reconcile", *span)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert f"the windows from {_iso(first_open)} on are still open" in run.stdout
+    named = run.stdout.split("differ above the threshold 0: ")[1].splitlines()[0]
+    assert named == ", ".join(_iso(w) for w in missed)
+
+    fix = _cli(env, "reconcile", *span, "--fix")
+    assert fix.returncode == 0, fix.stdout + fix.stderr
+    assert "re-checked: gold matches bronze now" in fix.stdout
+    run = _cli(env, "reconcile", *span)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+    served = json.loads(_cli(env, "query", "metrics", *span, "--format", "json").stdout)
+    by_window = {datetime.fromisoformat(r["window_start"].replace("Z", "+00:00")): r for r in served}
+    for w in missed:
+        row, want = by_window[w], everything[w]
+        assert row["layer"] == "batch" and row["source_version"] is not None, row
+        assert (row["events"], row["orders_created"], row["payments"], row["active_users"]) == (
+            want["events"],
+            want["orders_created"],
+            want["payments"],
+            want["active_users"],
+        )
+        assert Decimal(row["gmv"]) == want["gmv"]
+    # Every other window is still the speed layer's, and right.
+    for w, row in by_window.items():
+        if w not in missed:
+            assert row["layer"] == "realtime", row
+            assert row["events"] == realtime[w]["events"], row
+    assert all(
+        w + WINDOW == datetime.fromisoformat(r["window_end"].replace("Z", "+00:00"))
+        for w, r in by_window.items()
+    )
