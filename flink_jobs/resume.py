@@ -278,7 +278,6 @@ def settle(specs: Iterable[Any], lineage: Lineage, checkpoint: Path) -> None:
     tables' recorded position is where the checkpoint's sources stood. ``specs`` are the job's
     ``udfs.delta_sink.DeltaSinkSpec``; idempotent, so a crash halfway is settled again next time.
     """
-    from sinks.writer import TwoPhaseDeltaWriter
 
     specs = list(specs)
     run_id = lineage.run_id
@@ -297,17 +296,7 @@ def settle(specs: Iterable[Any], lineage: Lineage, checkpoint: Path) -> None:
     parallelism = max(lineage.widest, lineage.parallelism)
     for spec in specs:
         for subtask in range(parallelism):
-            writer = TwoPhaseDeltaWriter(
-                table_uri=spec.table_uri,
-                app_prefix=spec.app_prefix,
-                schema=spec.schema,
-                mode=spec.mode,
-                partition_by=list(spec.partition_by) or None,
-                merge=spec.merge,
-                target_file_size=spec.target_file_size,
-                commit_mode=spec.commit,
-                **spec.writer_options,
-            )
+            writer = spec.new_writer()
             writer.open(restored_checkpoint_id=r, run_id=run_id, subtask=subtask, parallelism=parallelism)
             writer.close()
 

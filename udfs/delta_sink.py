@@ -76,6 +76,22 @@ class DeltaSinkSpec:
                     f"the schema lacks {', '.join(missing)}"
                 )
 
+    def new_writer(self) -> Any:
+        """A ``sinks.writer.TwoPhaseDeltaWriter`` of this table, not opened yet (a sink task, a settle)."""
+        from sinks.writer import TwoPhaseDeltaWriter
+
+        return TwoPhaseDeltaWriter(
+            table_uri=self.table_uri,
+            app_prefix=self.app_prefix,
+            schema=self.schema,
+            mode=self.mode,
+            partition_by=list(self.partition_by) or None,
+            merge=self.merge,
+            target_file_size=self.target_file_size,
+            commit_mode=self.commit,
+            **self.writer_options,
+        )
+
 
 #: Flink gauge name -> ``sinks.writer_metrics.WriterMetrics`` attribute (``*_s`` exported in ms) of what
 #: commits: the writer subtask, or for a table in global commit mode the global committer.
@@ -225,20 +241,8 @@ class TableWriters:
                 raise ValueError("counters belong to staged work: pass them at PRECOMMIT or END_OF_INPUT")
         results: list[CommitResult] = []
         if kind == OPEN:
-            from sinks.writer import TwoPhaseDeltaWriter
-
             for name, spec in self.specs.items():
-                writer = TwoPhaseDeltaWriter(
-                    table_uri=spec.table_uri,
-                    app_prefix=spec.app_prefix,
-                    schema=spec.schema,
-                    mode=spec.mode,
-                    partition_by=list(spec.partition_by) or None,
-                    merge=spec.merge,
-                    target_file_size=spec.target_file_size,
-                    commit_mode=spec.commit,
-                    **spec.writer_options,
-                )
+                writer = spec.new_writer()
                 self.writers[name] = writer
                 results.append(
                     writer.open(
