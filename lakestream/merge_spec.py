@@ -116,6 +116,20 @@ class MergeSpec:
             companions=companions,
         )
 
+    def sequenced(self, column: str) -> MergeSpec:
+        """This rule over rows that also carry ``column``, an arrival sequence kept as a greatest column.
+
+        The merge-on-read layout folds, compacts and reads with it (DESIGN.md section 13): the snapshot
+        row keeps the highest sequence folded into it, so ties of event time order as arrival does.
+        """
+        return MergeSpec(
+            keys=self.keys,
+            guarded=self.guarded,
+            greatest=(*self.greatest, column),
+            companions=self.companions,
+            protected=self.protected,
+        )
+
     def groups(self) -> list[GuardGroup]:
         """Guarded columns and greatest columns, uniformly as (value, time, moved columns)."""
         out = []

@@ -2,7 +2,8 @@
 
 Each attempt refreshes the snapshot and drops manifests whose app id already has txn version >= their
 checkpoint (delta-rs does not refuse such a commit itself, delta-io/delta-rs#2580), then commits the
-rest with one txn action per app id: appended files as ``add`` actions, or one guarded MERGE. A
+rest with one txn action per app id: appended files as ``add`` actions, one guarded MERGE, or (changes
+mode) the manifests' rows folded per key into one file stamped with the commit's sequence. A
 conflict is re-planned from a fresh snapshot with ``RetryPolicy`` backoff. The manifests may come from
 several subtasks and runs; the committer keeps no per-subtask state. The counters of the manifests a
 commit takes are added up into its ``lakestream.counters`` metadata, so each is in the table exactly
@@ -15,12 +16,15 @@ Protocol: DESIGN.md section 3.
 from __future__ import annotations
 
 import logging
+import os
 import random
 import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.ipc
 import pyarrow.parquet as pq
@@ -29,6 +33,7 @@ from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction
 
 from lakestream.progress import PROGRESS_KEY, merged, progress_app_id
+from sinks.delta_files import file_stats
 from sinks.errors import CommitConflictError, StagedFileMissingError
 from sinks.retry_policy import RetryPolicy
 from sinks.staging import Manifest, StagedFile, StagingArea
@@ -124,11 +129,13 @@ class DeltaCommitter:
                     dt.create_write_transaction(
                         actions,
                         mode="append",
-                        schema=self.spec.schema,
+                        schema=self.spec.table_schema,
                         partition_by=list(self.spec.partition_by) or None,
                         commit_properties=props,
                     )
                     files_added = len(actions)
+                elif self.spec.mode == "changes":
+                    files_added = self._append_changes(dt, pending, props)
                 else:
                     files_added = self._merge(dt, pending, props)
             except CommitFailedError as exc:
@@ -186,14 +193,57 @@ class DeltaCommitter:
         log.info("%s: %s", self.log_name, result)
         return result
 
-    def _merge(self, dt: DeltaTable, manifests: list[Manifest], props: CommitProperties) -> int:
-        spec = self.spec.merge
-        assert spec is not None
+    def _folded_source(self, manifests: list[Manifest]) -> pa.Table:
+        """The manifests' staged rows as one row per key, folded in (checkpoint, subtask) order."""
         ordered = sorted(manifests, key=lambda m: (m.checkpoint_id, m.subtask))
         parts = [_read_merge_source(self._root / f.path, self.spec.schema) for m in ordered for f in m.files]
         # Each staged file is already reduced; only several of them (a commit that catches up on
         # earlier checkpoints, or adopts another slot's) can hold a key twice.
-        source = parts[0] if len(parts) == 1 else self.spec.pre_reduce(pa.concat_tables(parts))
+        return parts[0] if len(parts) == 1 else self.spec.pre_reduce(pa.concat_tables(parts))
+
+    def _append_changes(self, dt: DeltaTable, manifests: list[Manifest], props: CommitProperties) -> int:
+        """Changes mode: one file of the folded rows, stamped with the version this commit plans.
+
+        The stamp orders commits (a commit that lands later than planned still stamps above every earlier
+        one: this committer is the table's only row writer, one commit at a time), which is the arrival
+        order merge-on-read needs between commits (DESIGN.md section 13). A failed attempt's file is
+        deleted; the retry writes its own.
+        """
+        seq_col = self.spec.sequence_column
+        assert seq_col is not None
+        source = self._folded_source(manifests)
+        seq = dt.version() + 1
+        rows = source.append_column(
+            pa.field(seq_col, pa.int64(), nullable=False), pa.array(np.full(source.num_rows, seq, np.int64))
+        )
+        name = f"part-00000-{uuid.uuid4().hex}-s{seq}.snappy.parquet"
+        path = self._root / name
+        with open(path, "wb") as fh:
+            pq.write_table(rows, fh, compression="snappy")
+            fh.flush()
+            os.fsync(fh.fileno())
+        st = path.stat()
+        action = AddAction(
+            path=name,
+            size=st.st_size,
+            partition_values={},
+            modification_time=int(st.st_mtime * 1000),
+            data_change=True,
+            stats=file_stats(rows),
+        )
+        try:
+            dt.create_write_transaction(
+                [action], mode="append", schema=self.spec.table_schema, commit_properties=props
+            )
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
+        return 1
+
+    def _merge(self, dt: DeltaTable, manifests: list[Manifest], props: CommitProperties) -> int:
+        spec = self.spec.merge
+        assert spec is not None
+        source = self._folded_source(manifests)
         merger = dt.merge(
             source,
             spec.merge_predicate("s", "t"),

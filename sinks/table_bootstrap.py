@@ -30,12 +30,14 @@ def open_table(spec: TableSpec, *, log_name: str) -> DeltaTable:
         try:
             DeltaTable.create(
                 spec.table_uri,
-                schema=spec.schema,
+                schema=spec.table_schema,
                 partition_by=list(spec.partition_by) or None,
                 mode="ignore",
                 storage_options=spec.storage_options,
                 configuration=(
-                    None if spec.mode == "append" else {TARGET_FILE_SIZE_PROPERTY: str(spec.target_file_size)}
+                    None
+                    if spec.mode in ("append", "changes")
+                    else {TARGET_FILE_SIZE_PROPERTY: str(spec.target_file_size)}
                 ),
             )
         except DeltaError as exc:  # another subtask won the creation race
@@ -47,7 +49,7 @@ def open_table(spec: TableSpec, *, log_name: str) -> DeltaTable:
 
 def check_table(dt: DeltaTable, spec: TableSpec) -> None:
     """Refuse a table whose columns or partition columns differ from what the sink writes."""
-    want = _field_types(DeltaSchema.from_arrow(spec.schema).to_json())
+    want = _field_types(DeltaSchema.from_arrow(spec.table_schema).to_json())
     have = _field_types(dt.schema().to_json())
     if want != have:
         diff = sorted(set(want.items()) ^ set(have.items()))

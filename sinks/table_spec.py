@@ -15,15 +15,20 @@ import pyarrow as pa
 from lakestream.merge_reduce import reduce_guarded, reduce_latest
 from lakestream.merge_spec import MergeSpec
 
-WriteMode = Literal["append", "merge", "upsert"]
+WriteMode = Literal["append", "merge", "upsert", "changes"]
+WRITE_MODES: tuple[str, ...] = ("append", "merge", "upsert", "changes")
 DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
 
 
 @dataclass(frozen=True)
 class TableSpec:
-    """One Delta table as a sink writes it: append Parquet files, or MERGE / upsert by key.
+    """One Delta table as a sink writes it: append Parquet files, MERGE / upsert by key, or append
+    each commit's rows folded per key and stamped with a commit sequence (``changes``, the changes
+    table of a merge-on-read layout, DESIGN.md section 13).
 
-    Validated on construction: every mistake is a ``ValueError`` that says what to change.
+    ``schema`` is what the writers write and stage; the table has ``table_schema`` (``schema`` and, in
+    changes mode, ``sequence_column``). Validated on construction: every mistake is a ``ValueError``
+    that says what to change.
     """
 
     table_uri: str
@@ -33,6 +38,8 @@ class TableSpec:
     merge: MergeSpec | None = None
     target_file_size: int = DEFAULT_TARGET_FILE_SIZE
     storage_options: dict[str, str] | None = None
+    #: Changes mode: the int64 column each commit stamps on its rows (its planned table version).
+    sequence_column: str | None = None
 
     @classmethod
     def of(
@@ -45,6 +52,7 @@ class TableSpec:
         merge: MergeSpec | None = None,
         target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
         storage_options: Mapping[str, str] | None = None,
+        sequence_column: str | None = None,
     ) -> TableSpec:
         """The spec from the keyword options the writer and the global committer take."""
         return cls(
@@ -55,22 +63,37 @@ class TableSpec:
             merge=merge,
             target_file_size=target_file_size,
             storage_options=dict(storage_options) if storage_options else None,
+            sequence_column=sequence_column,
         )
 
     def __post_init__(self) -> None:
         mode, schema, merge = self.mode, self.schema, self.merge
-        if mode not in ("append", "merge", "upsert"):
-            raise ValueError(f"mode must be 'append', 'merge' or 'upsert', got {mode!r}")
+        if mode not in WRITE_MODES:
+            raise ValueError(f"mode must be one of {', '.join(WRITE_MODES)}, got {mode!r}")
+        if (mode == "changes") != (self.sequence_column is not None):
+            raise ValueError(
+                "sequence_column= names the commit sequence column of mode='changes' and is needed there "
+                f"only; got mode={mode!r} with sequence_column={self.sequence_column!r}"
+            )
+        if mode == "changes" and self.partition_by:
+            raise ValueError("mode='changes' writes one file per commit, unpartitioned: drop partition_by")
+        if self.sequence_column is not None and self.sequence_column in schema.names:
+            raise ValueError(
+                f"sequence_column {self.sequence_column!r} is a column of the written rows: the commit "
+                "stamps it, so leave it out of schema="
+            )
         missing = [c for c in self.partition_by if c not in schema.names]
         if missing:
             raise ValueError(f"partition_by names columns the schema does not have: {', '.join(missing)}")
         if mode == "append" and merge is not None:
-            raise ValueError("merge= is only used by mode='merge' or 'upsert'; drop it for mode='append'")
-        if mode in ("merge", "upsert"):
+            raise ValueError(
+                "merge= is only used by mode='merge', 'upsert' or 'changes'; drop it for mode='append'"
+            )
+        if mode in ("merge", "upsert", "changes"):
             if merge is None:
                 raise ValueError(f"mode={mode!r} needs merge=MergeSpec(keys=...) to know the key columns")
             merge.validate(schema)
-            if mode == "merge" and merge.protected:
+            if mode in ("merge", "changes") and merge.protected:
                 raise ValueError("MergeSpec.protected is an upsert rule: use mode='upsert' for it")
             if mode == "upsert" and (merge.guarded or merge.greatest):
                 raise ValueError(
@@ -80,8 +103,15 @@ class TableSpec:
         if self.target_file_size < 1:
             raise ValueError(f"target_file_size must be positive bytes, got {self.target_file_size}")
 
+    @property
+    def table_schema(self) -> pa.Schema:
+        """The table's columns: ``schema``, then the sequence column in changes mode."""
+        if self.sequence_column is None:
+            return self.schema
+        return self.schema.append(pa.field(self.sequence_column, pa.int64(), nullable=False))
+
     def pre_reduce(self, rows: pa.Table) -> pa.Table:
-        """One row per key, as the MERGE would fold ``rows`` in order (merge/upsert mode only)."""
+        """One row per key, as the MERGE would fold ``rows`` in order (merge/upsert/changes mode)."""
         assert self.merge is not None
         if self.mode == "upsert":
             return reduce_latest(rows, self.merge.keys)

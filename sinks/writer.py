@@ -47,6 +47,7 @@ class TwoPhaseDeltaWriter:
         merge: MergeSpec | None = None,
         target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
         storage_options: Mapping[str, str] | None = None,
+        sequence_column: str | None = None,
         retry: RetryPolicy | None = None,
         commit_hooks: CommitHooks | None = None,
         commit_mode: CommitMode = "subtask",
@@ -63,6 +64,7 @@ class TwoPhaseDeltaWriter:
             merge=merge,
             target_file_size=target_file_size,
             storage_options=storage_options,
+            sequence_column=sequence_column,
         )
         self.app_prefix = app_prefix
         self.commit_mode: CommitMode = commit_mode
@@ -105,7 +107,7 @@ class TwoPhaseDeltaWriter:
         r = restored_checkpoint_id
         ownership = self._ownership = Ownership(self.app_prefix, run_id, subtask, parallelism)
         dt = open_table(self.spec, log_name=self.app_prefix)
-        if self.spec.mode != "append" and subtask == 0:
+        if self.spec.mode in ("merge", "upsert") and subtask == 0:
             dt = ensure_merge_file_size(dt, self.spec, log_name=self.app_prefix)
         plan = plan_open(ownership, r, self._staging.list_all(), dt.transaction_version)
         if plan.input_already_committed:

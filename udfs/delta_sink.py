@@ -48,7 +48,7 @@ class DeltaSinkSpec:
     #: Stable per job and table: it names the Delta txn app ids, so keep it across upgrades.
     app_prefix: str
     schema: pa.Schema
-    mode: Literal["append", "merge", "upsert"] = "append"
+    mode: Literal["append", "merge", "upsert", "changes"] = "append"
     partition_by: Sequence[str] = ()
     merge: MergeSpec | None = None
     #: Rows buffered in Python lists before they become one Arrow record batch.
@@ -64,6 +64,8 @@ class DeltaSinkSpec:
     #: Record the Kafka progress of the rows (``topic``, ``partition``, ``offset`` columns: the next
     #: offset per partition) in each commit, for a job whose rows are its Kafka records one to one.
     kafka_progress: bool = False
+    #: Changes mode: the commit sequence column the table has beside ``schema`` (``sinks.table_spec``).
+    sequence_column: str | None = None
 
     def __post_init__(self) -> None:
         if self.commit not in ("subtask", "global"):
@@ -88,6 +90,7 @@ class DeltaSinkSpec:
             partition_by=list(self.partition_by) or None,
             merge=self.merge,
             target_file_size=self.target_file_size,
+            sequence_column=self.sequence_column,
             commit_mode=self.commit,
             **self.writer_options,
         )

@@ -112,6 +112,7 @@ class GlobalCommitterFunction(ProcessFunction):  # type: ignore[misc]
                 partition_by=list(spec.partition_by) or None,
                 merge=spec.merge,
                 target_file_size=spec.target_file_size,
+                sequence_column=spec.sequence_column,
                 **spec.writer_options,
             )
             committer.open()

@@ -1,0 +1,94 @@
+"""Merge-on-read semantics: a snapshot table, a changes table, and the one rule that reads them as one.
+
+Each commit appends its rows folded per key to the changes table, every row stamped with the commit's
+sequence (``seq``: increasing in commit order). The compaction folds the changes above the snapshot's
+fold point into the snapshot; the snapshot row keeps the highest sequence folded into it. Both tables
+have the same columns, and ``spec`` is the table's ``MergeSpec`` with ``seq`` as a greatest column
+(``MergeSpec.sequenced``). The current state of a key is then, per column group, the value of the row
+with the greatest (time, sequence) among the rows of the snapshot and of the changes whose value is
+not null: the fold of every change in commit order. It holds when the snapshot is the fold of exactly
+the changes up to its fold point, and the changes read hold every change above it (compacted ones
+that are still there change nothing). DESIGN.md section 13 has the argument; ``current_rows`` (Arrow)
+and ``view_sql`` (SQL) are its two interpreters, property-tested against ``MergeSpec.fold_rows``.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lakestream.merge_reduce import reduce_guarded
+from lakestream.merge_spec import MergeSpec, quote_ident
+
+
+def check_sequenced(spec: MergeSpec, seq: str) -> None:
+    """Refuse a spec that does not keep ``seq`` as a greatest column (the rule above needs it)."""
+    if seq not in spec.greatest:
+        raise ValueError(
+            f"merge-on-read needs the sequence column {seq!r} as a greatest column of the rule: "
+            f"use spec.sequenced({seq!r})"
+        )
+
+
+def in_arrival_order(snapshot: pa.Table, changes: pa.Table, seq: str) -> pa.Table:
+    """Snapshot rows and change rows as one table ordered by sequence, the snapshot row first on a tie."""
+    rows = pa.concat_tables([snapshot, changes.select(snapshot.column_names).cast(snapshot.schema)])
+    return rows.take(pc.sort_indices(rows[seq], sort_keys=[(seq, "ascending")]))
+
+
+def current_rows(snapshot: pa.Table, changes: pa.Table, spec: MergeSpec, seq: str) -> pa.Table:
+    """The current row of every key in ``snapshot`` or ``changes``: the module's rule, column-wise."""
+    check_sequenced(spec, seq)
+    if changes.num_rows == 0:
+        return snapshot
+    return reduce_guarded(in_arrival_order(snapshot, changes, seq), spec)
+
+
+def above(changes: pa.Table, folded_through: int | None, seq: str) -> pa.Table:
+    """The change rows the snapshot does not hold yet: sequence above its fold point."""
+    if folded_through is None:
+        return changes
+    return changes.filter(pc.greater(changes[seq], pa.scalar(folded_through, pa.int64())))
+
+
+def view_sql(spec: MergeSpec, columns: list[str], *, snapshot: str, changes: str, seq: str) -> str:
+    """A SQL query giving the current row of every key from the relations ``snapshot`` and ``changes``.
+
+    Plain SQL (window functions, ``UNION ALL``, ``LEFT JOIN``) that DuckDB, Spark SQL and
+    DataFusion run: per column group, the row with the greatest (time, sequence) among those whose value
+    is not null; ``columns`` is the column order of the result.
+    """
+    check_sequenced(spec, seq)
+    q = quote_ident
+    keys = ", ".join(q(k) for k in spec.keys)
+    s = q(seq)
+    parts: list[tuple[str, tuple[str, ...], str]] = []  # (value column, moved columns, ORDER BY)
+    for grp in spec.groups():
+        if grp.value == seq:
+            continue
+        parts.append((grp.value, grp.moved, f"{q(grp.time)} DESC NULLS LAST, {s} DESC"))
+    unguarded = [c for c in columns if c not in spec.keys and not any(c in p[1] for p in parts) and c != seq]
+    for col in unguarded:
+        parts.append((col, (col,), f"{s} DESC"))
+    ctes = [f"u AS (SELECT * FROM {snapshot} UNION ALL SELECT * FROM {changes})"]
+    ctes.append(f"k AS (SELECT {keys}, MAX({s}) AS {s} FROM u GROUP BY {keys})")
+    joins = []
+    for i, (value, moved, order) in enumerate(parts):
+        picked = ", ".join(q(c) for c in moved)
+        ctes.append(
+            f"g{i} AS (SELECT {keys}, {picked} FROM (SELECT {keys}, {picked}, ROW_NUMBER() OVER "
+            f"(PARTITION BY {keys} ORDER BY {order}) AS rn FROM u WHERE {q(value)} IS NOT NULL) AS r{i} "
+            "WHERE rn = 1)"
+        )
+        on = " AND ".join(f"g{i}.{q(k)} = k.{q(k)}" for k in spec.keys)
+        joins.append(f"LEFT JOIN g{i} ON {on}")
+    owner = {c: f"g{i}" for i, (_, moved, _) in enumerate(parts) for c in moved}
+    select = []
+    for c in columns:
+        if c in spec.keys:
+            select.append(f"k.{q(c)}")
+        elif c == seq:
+            select.append(f"k.{s}")
+        else:
+            select.append(f"{owner[c]}.{q(c)}")
+    return "WITH " + ",\n".join(ctes) + "\nSELECT " + ", ".join(select) + "\nFROM k " + " ".join(joins)

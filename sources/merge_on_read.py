@@ -1,0 +1,193 @@
+"""Reading a merge-on-read table: its snapshot and changes tables as one current table.
+
+``MergeOnReadTable`` names the two tables, their columns and their rule; ``read_current`` gives the
+current row of every key (or of some values of the key) by the rule of
+``lakestream.merge_on_read``, reading the changes table before the snapshot so that the snapshot read
+holds at least every change the changes read misses. ``view_sql`` is the same read as one SQL query
+for engines that register the two Delta tables (delta-rs' DataFusion, DuckDB, Spark). The compaction
+that folds the changes into the snapshot is ``maintenance.fold_changes``; DESIGN.md section 13.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake import DeltaTable, QueryBuilder
+from deltalake.exceptions import TableNotFoundError
+
+from lakestream.merge_on_read import check_sequenced, current_rows
+from lakestream.merge_on_read import view_sql as rule_view_sql
+from lakestream.merge_spec import MergeSpec
+from sinks.table_bootstrap import open_table
+from sinks.table_spec import DEFAULT_TARGET_FILE_SIZE, TableSpec
+from sources.delta_log import open_filesystem
+
+#: Txn app id of the folds in the snapshot table; its version is the highest sequence folded.
+FOLD_APP = "lakestream:fold-changes"
+
+
+@dataclass(frozen=True)
+class MergeOnReadTable:
+    """A merge-on-read table: its snapshot and changes tables, their columns and their rule."""
+
+    snapshot_uri: str
+    changes_uri: str
+    #: Columns of both tables, the sequence column included.
+    schema: pa.Schema
+    #: The rule, with ``seq`` a greatest column (``MergeSpec.sequenced``).
+    spec: MergeSpec
+    seq: str
+    #: Column whose greatest value is the newest event a snapshot holds (freshness), if any.
+    event_time: str | None = None
+    target_file_size: int = DEFAULT_TARGET_FILE_SIZE
+    storage_options: Mapping[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        check_sequenced(self.spec, self.seq)
+        self.spec.validate(self.schema)
+        if self.event_time is not None and self.event_time not in self.schema.names:
+            raise ValueError(f"event_time {self.event_time!r} is not a column of {self.schema.names}")
+
+    def snapshot_spec(self) -> TableSpec:
+        """The snapshot as a MERGE table (created with the sink's file size when missing)."""
+        return TableSpec.of(
+            table_uri=self.snapshot_uri,
+            schema=self.schema,
+            mode="merge",
+            merge=self.spec,
+            target_file_size=self.target_file_size,
+            storage_options=self.storage_options,
+        )
+
+    def open_snapshot(self) -> DeltaTable:
+        """The snapshot table, created empty when missing."""
+        return open_table(self.snapshot_spec(), log_name=f"{self.snapshot_uri} (fold)")
+
+    def open_changes(self) -> DeltaTable | None:
+        """The changes table, or None before its first commit."""
+        try:
+            return DeltaTable(self.changes_uri, storage_options=dict(self.storage_options or {}) or None)
+        except TableNotFoundError:
+            return None
+
+
+def folded_through(snapshot: DeltaTable) -> int | None:
+    """The highest sequence the snapshot holds (its fold point), None before the first fold."""
+    version = snapshot.transaction_version(FOLD_APP)
+    return None if version is None else int(version)
+
+
+def query(tables: Mapping[str, DeltaTable], sql: str) -> pa.Table:
+    """``sql`` over the tables registered by name, in delta-rs' DataFusion engine (strings come back as
+    ``string_view``, which pyarrow 16 cannot cast: for showing results, not for the read path)."""
+    builder = QueryBuilder()
+    for name, dt in tables.items():
+        builder = builder.register(name, dt)
+    return pa.RecordBatchReader.from_stream(builder.execute(sql)).read_all()
+
+
+def scan(
+    dt: DeltaTable,
+    schema: pa.Schema,
+    *,
+    storage_options: Mapping[str, str] | None = None,
+    min_seq: tuple[str, int] | None = None,
+    keys: tuple[str, list[str]] | None = None,
+) -> pa.Table:
+    """The table's rows in ``schema``, reading only the files whose statistics allow a match.
+
+    ``min_seq`` (column, value): rows with the column above the value; ``keys`` (column, values): rows
+    whose column holds one of the values. Plain Parquet reads without threads: pyarrow's dataset
+    scanner left CLI processes aborting at exit (see ``flink_jobs.gold_read.query``). Unpartitioned
+    tables without deletion vectors, as lakestream writes them.
+    """
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    keep = np.ones(actions.num_rows, dtype=bool)
+    if min_seq is not None and f"max.{min_seq[0]}" in actions.column_names:
+        top = actions[f"max.{min_seq[0]}"]
+        keep &= np.asarray(pc.fill_null(pc.greater(top, min_seq[1]), True), dtype=bool)
+    if keys is not None:
+        keep &= _may_hold(actions, *keys)
+    fs = open_filesystem(dt.table_uri, storage_options)
+    parts = []
+    for path in np.asarray(actions["path"].to_pylist(), dtype=object)[keep] if actions.num_rows else []:
+        with fs.open_input_file(unquote(str(path))) as fh:
+            data = pq.ParquetFile(fh).read(columns=schema.names, use_threads=False)
+        parts.append(data.cast(schema))
+    rows = pa.concat_tables(parts) if parts else schema.empty_table()
+    if min_seq is not None:
+        rows = rows.filter(pc.greater(rows[min_seq[0]], pa.scalar(min_seq[1], pa.int64())))
+    if keys is not None:
+        rows = rows.filter(pc.is_in(rows[keys[0]], value_set=pa.array(keys[1], pa.string())))
+    return rows
+
+
+def _may_hold(actions: pa.Table, column: str, values: list[str]) -> Any:
+    """Per file, whether its min/max statistics of ``column`` allow one of ``values``."""
+    lo_name, hi_name = f"min.{column}", f"max.{column}"
+    n = actions.num_rows
+    if lo_name not in actions.column_names or not values:
+        return np.full(n, bool(values))
+    lo: list[Any] = actions[lo_name].to_pylist()
+    hi: list[Any] = actions[hi_name].to_pylist() if hi_name in actions.column_names else [None] * n
+    out = np.zeros(n, dtype=bool)
+    for i in range(n):
+        out[i] = any((lo[i] is None or v >= lo[i]) and (hi[i] is None or v <= hi[i]) for v in values)
+    return out
+
+
+def changes_above(
+    changes: DeltaTable | None,
+    through: int | None,
+    table: MergeOnReadTable,
+    *,
+    keys: list[str] | None = None,
+) -> pa.Table:
+    """The change rows with sequence above ``through`` (of the given key values), in ``table.schema``."""
+    if changes is None:
+        return table.schema.empty_table()
+    return scan(
+        changes,
+        table.schema,
+        storage_options=table.storage_options,
+        min_seq=None if through is None else (table.seq, through),
+        keys=None if keys is None else (table.spec.keys[0], keys),
+    )
+
+
+def open_snapshot_if_any(table: MergeOnReadTable) -> DeltaTable | None:
+    """The snapshot table, or None before its first commit (reading never creates it)."""
+    try:
+        return DeltaTable(table.snapshot_uri, storage_options=dict(table.storage_options or {}) or None)
+    except TableNotFoundError:
+        return None
+
+
+def read_current(table: MergeOnReadTable, *, keys: list[str] | None = None) -> pa.Table:
+    """The current row of every key, or of the given values of the (single) key column."""
+    if keys is not None and len(table.spec.keys) != 1:
+        raise ValueError(f"selecting by key values needs one key column, the table has {table.spec.keys}")
+    changes = table.open_changes()  # first: see the module docstring
+    snapshot = open_snapshot_if_any(table)
+    through = None if snapshot is None else folded_through(snapshot)
+    pending = changes_above(changes, through, table, keys=keys)
+    if snapshot is None:
+        base = table.schema.empty_table()
+    else:
+        key_filter = None if keys is None else (table.spec.keys[0], keys)
+        base = scan(snapshot, table.schema, storage_options=table.storage_options, keys=key_filter)
+    return current_rows(base, pending, table.spec, table.seq)
+
+
+def view_sql(table: MergeOnReadTable, *, snapshot: str = "snapshot", changes: str = "changes") -> str:
+    """The current table as one SQL query over the relations ``snapshot`` and ``changes``."""
+    return rule_view_sql(
+        table.spec, list(table.schema.names), snapshot=snapshot, changes=changes, seq=table.seq
+    )
