@@ -21,6 +21,9 @@ Graph (operator uids in brackets; all stable, keep them across upgrades; every s
            commits         silver/orders              ONE MERGE per checkpoint with the per-field guard,
                                                       one txn action per resolve subtask
       -> discard [ingest-silver-committer-end]                                           1 (chained)
+    With ``tables.silver_layout = "merge_on_read"`` (same graph, same uids) the resolve subtasks stage
+    for silver/orders_changes, and the committer appends each checkpoint's rows, folded per order, to it
+    in one commit, and folds the changes into silver/orders in a background thread (section 13).
     de-dup side output: the fresh VALID events' gold inputs (gold.enabled)
       -> allowed lateness + one row per event [ingest-gold-lateness]                       (chained)
       -> gold SQL, GROUP BY window start [ingest-gold-sql-<node>_<kind>]                 parallelism 1
@@ -58,6 +61,8 @@ QUARANTINE_TABLE = "quarantine/order_events"
 REVIEW_TABLE = "review/order_events"
 LATE_TABLE = "late/order_events"
 SILVER_TABLE = "silver/orders"
+#: The changes table of the merge-on-read silver layout (``tables.silver_layout``, DESIGN.md section 13).
+SILVER_CHANGES_TABLE = "silver/orders_changes"
 TABLES = (BRONZE_TABLE, QUARANTINE_TABLE, REVIEW_TABLE, LATE_TABLE, SILVER_TABLE)
 
 
@@ -92,14 +97,62 @@ def table_specs(cfg: Config, job_name: str = JOB_NAME) -> dict[str, Any]:
     from udfs.ingest_gold import gold_spec
 
     gold = {cfg.gold.table: gold_spec(cfg, job_name)} if cfg.gold.enabled else {}
+    if cfg.tables.silver_layout == "merge_on_read":
+        from lakestream.silver import CHANGE_SEQ, LAST_EVENT_TIME
+        from maintenance.fold_schedule import FoldSchedule, FoldTask
+
+        silver = DeltaSinkSpec(
+            table_uri=cfg.lakehouse.table_uri(SILVER_CHANGES_TABLE),
+            app_prefix=f"{job_name}/{SILVER_CHANGES_TABLE}",
+            schema=SILVER_SCHEMA,
+            mode="changes",
+            merge=SILVER_MERGE,
+            sequence_column=CHANGE_SEQ,
+            freshness_column=LAST_EVENT_TIME,
+            commit="global",
+            fold=FoldTask(
+                silver_mor_table(cfg),
+                FoldSchedule(
+                    every=cfg.tables.silver_fold_every,
+                    rows=cfg.tables.silver_fold_rows,
+                    retention=cfg.tables.silver_changes_retention,
+                ),
+            ),
+        )
+    else:
+        silver = spec(
+            SILVER_TABLE,
+            SILVER_SCHEMA,
+            mode="merge",
+            merge=SILVER_MERGE,
+            commit="global",
+            freshness_column="last_event_time",
+        )
     return {
         BRONZE_TABLE: spec(BRONZE_TABLE, BRONZE_SCHEMA),
         QUARANTINE_TABLE: spec(QUARANTINE_TABLE, QUARANTINE_SCHEMA),
         REVIEW_TABLE: spec(REVIEW_TABLE, BRONZE_SCHEMA),
         LATE_TABLE: spec(LATE_TABLE, LATE_SCHEMA),
-        SILVER_TABLE: spec(SILVER_TABLE, SILVER_SCHEMA, mode="merge", merge=SILVER_MERGE, commit="global"),
+        SILVER_TABLE: silver,
         **gold,
     }
+
+
+def silver_mor_table(cfg: Config) -> Any:
+    """The merge-on-read silver (``sources.merge_on_read.MergeOnReadTable``): ``silver/orders`` as its
+    snapshot, ``silver/orders_changes`` as its changes (``tables.silver_layout = "merge_on_read"``)."""
+    from lakestream.silver import CHANGE_SEQ, LAST_EVENT_TIME, SILVER_MOR_MERGE, SILVER_MOR_SCHEMA
+    from sources.merge_on_read import MergeOnReadTable
+
+    return MergeOnReadTable(
+        snapshot_uri=cfg.lakehouse.table_uri(SILVER_TABLE),
+        changes_uri=cfg.lakehouse.table_uri(SILVER_CHANGES_TABLE),
+        schema=SILVER_MOR_SCHEMA,
+        spec=SILVER_MOR_MERGE,
+        seq=CHANGE_SEQ,
+        event_time=LAST_EVENT_TIME,
+        target_file_size=cfg.tables.merge_target_file_size_mb * 1024 * 1024,
+    )
 
 
 def build_ingest_job(
@@ -260,6 +313,44 @@ def register(subparsers: SubParsers) -> argparse.ArgumentParser:
     )
 
 
+def check_silver_layout(cfg: Config, job_name: str = JOB_NAME) -> None:
+    """Refuse a start whose ``tables.silver_layout`` would strand the other layout's work.
+
+    Work the last run of the other layout staged for silver would never be committed, and a
+    merge-on-read snapshot cannot take copy-on-write MERGEs again (it has the sequence column).
+    """
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    from lakestream.silver import CHANGE_SEQ
+    from maintenance.facts import manifests
+    from sources.delta_log import is_local_uri, local_path
+
+    mor = cfg.tables.silver_layout == "merge_on_read"
+    other = SILVER_TABLE if mor else SILVER_CHANGES_TABLE
+    uri = cfg.lakehouse.table_uri(other)
+    if is_local_uri(uri):
+        staged = [m for m in manifests(Path(local_path(uri))) if m.app_prefix == f"{job_name}/{other}"]
+        if staged:
+            layout = "copy_on_write" if mor else "merge_on_read"
+            raise ConfigError(
+                f"tables.silver_layout = {cfg.tables.silver_layout!r}, but {other} holds work staged by a "
+                f"{layout} run that did not end ({len(staged)} manifest(s)). Fix: run once more with "
+                f'silver_layout = "{layout}" and --bounded, so that run settles it, then switch.'
+            )
+    if not mor:
+        try:
+            columns = DeltaTable(cfg.lakehouse.table_uri(SILVER_TABLE)).schema().to_arrow().names
+        except TableNotFoundError:
+            return
+        if CHANGE_SEQ in columns:
+            raise ConfigError(
+                f'tables.silver_layout = "copy_on_write", but {SILVER_TABLE} is a merge-on-read snapshot '
+                f"(it has {CHANGE_SEQ}); switching back is not supported. Fix: keep silver_layout = "
+                f'"merge_on_read", or rebuild {SILVER_TABLE} from bronze with a fresh lakehouse.'
+            )
+
+
 def cmd_ingest(args: argparse.Namespace) -> int:
     """Run the ingest job (MiniCluster, or the cluster under ``flink run``); bounded runs list the tables.
 
@@ -267,6 +358,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     each partition's next offset and newest VALID event time.
     """
     cfg = load(args)
+    check_silver_layout(cfg)
     specs = table_specs(cfg)
     bronze = specs[BRONZE_TABLE]
     job = KafkaJob(

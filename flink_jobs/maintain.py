@@ -8,6 +8,7 @@
   restore TABLE --version N | --timestamp T            restore an earlier version (new commit)
   properties TABLE [--set KEY=VALUE ...]               show or set table properties
   readers TABLE [--forget READER]                      Delta-source readers and how far back they read
+  fold                                                 fold merge-on-read silver changes into silver/orders
   auto [--once]                                        scheduled rounds ([maintenance] settings)
 
 TABLE is a name under lakehouse.root as `lakestream tables` shows it (bronze/order_events,
@@ -164,6 +165,33 @@ def cmd_readers(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fold(args: argparse.Namespace) -> int:
+    """Fold silver's changes into its snapshot once (``tables.silver_layout = "merge_on_read"``)."""
+    from flink_jobs.ingest import silver_mor_table
+    from maintenance.fold_changes import fold_once
+
+    cfg = load(args)
+    if cfg.tables.silver_layout != "merge_on_read":
+        raise MaintenanceError(
+            "fold: silver is copy-on-write (tables.silver_layout); there are no changes to fold. Set "
+            'tables.silver_layout = "merge_on_read" for the merge-on-read layout (DESIGN.md section 13).'
+        )
+    table = silver_mor_table(cfg)
+    r = fold_once(table, retention=cfg.tables.silver_changes_retention)
+    if r.change_rows == 0:
+        print(
+            f"fold: {table.snapshot_uri} holds every change (through {r.folded_through}); "
+            f"{r.trimmed_rows} folded change rows trimmed"
+        )
+    else:
+        print(
+            f"fold: {r.change_rows} change rows ({r.keys} orders) into {table.snapshot_uri} version "
+            f"{r.snapshot_version}, through {r.folded_through}, {r.files_rewritten} file(s) rewritten, "
+            f"{r.trimmed_rows} folded change rows trimmed, {r.seconds:.1f}s"
+        )
+    return 0
+
+
 def cmd_auto(args: argparse.Namespace) -> int:
     """Run maintenance rounds every ``maintenance.interval`` until Ctrl-C (or one with ``--once``).
 
@@ -256,6 +284,13 @@ def register(subparsers: SubParsers) -> argparse.ArgumentParser:
         "--forget", default=None, metavar="READER", help="drop the record of a reader gone for good"
     )
 
+    add_command(
+        sub,
+        "fold",
+        func=cmd_fold,
+        flags=("lakehouse",),
+        help="fold merge-on-read silver changes into silver/orders",
+    )
     p = add_command(sub, "auto", func=cmd_auto, flags=("lakehouse",), help="scheduled maintenance rounds")
     p.add_argument("--once", action="store_true", help="one round, then exit")
     return parent

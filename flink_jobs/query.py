@@ -1,6 +1,7 @@
 """``lakestream query metrics``: the gold windows of a time range, as served, with the day's totals.
 
   metrics --from T1 --to T2 [--as-of VERSION|TIME] [--format table|json|csv]
+  silver [--order-id ID ...] [--format table|json|csv] [--sql]     (``flink_jobs.silver_query``)
 
 The windows whose start lies in ``[T1, T2)``: per window the batch row where the batch layer has it,
 else the realtime row (DESIGN.md section 12), each with its layer and data time, and the running totals
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from flink_jobs import silver_query
 from flink_jobs.cli_common import SubParsers, add_command, load
 from flink_jobs.gold_read import open_gold, parse_as_of, read_rows
 from flink_jobs.metrics_format import FORMATS, csv_text, json_text, table_text
@@ -52,7 +54,7 @@ def register(subparsers: SubParsers) -> argparse.ArgumentParser:
         subparsers,
         "query",
         func=lambda _args: 2,
-        help="read served gold metrics: per window, batch or realtime, with the day's running totals",
+        help="read served gold metrics (per window, batch or realtime) or the current silver orders",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -66,4 +68,5 @@ def register(subparsers: SubParsers) -> argparse.ArgumentParser:
         "--as-of", default=None, help="read an older gold version: a version number or an ISO 8601 time"
     )
     p.add_argument("--format", choices=FORMATS, default="table", help="table (default), json or csv")
+    silver_query.register(sub)
     return p

@@ -128,7 +128,31 @@ def print_tables(root: str | Path, *, as_of: str | None = None) -> None:
                 raise
             print(f"  {name:<32} {'-':>10}        no version at or before {as_of}")
             continue
-        print(f"  {name:<32} {rows:>10} rows   version {version}")
+        line = f"  {name:<32} {rows:>10} rows   version {version}"
+        print(line + ("" if as_of else freshness_note(base, path)))
+
+
+#: A merge-on-read table ``X`` keeps its changes in ``X_changes`` (``tables.silver_layout``).
+CHANGES_SUFFIX = "_changes"
+
+
+def freshness_note(base: Path, path: Path) -> str:
+    """``   newest event ..., checkpoint ...`` from the table's commit metadata (``lakestream.freshness``),
+    and for the snapshot of a merge-on-read table how many change rows it does not hold yet."""
+    from lakestream.freshness import describe, latest_freshness
+
+    text = describe(latest_freshness(DeltaTable(str(path)).history(limit=50)))
+    changes = path.with_name(path.name + CHANGES_SUFFIX)
+    if (changes / "_delta_log").is_dir():
+        from lakestream.silver import CHANGE_SEQ, SILVER_MOR_MERGE, SILVER_MOR_SCHEMA
+        from maintenance.fold_changes import pending_changes
+        from sources.merge_on_read import MergeOnReadTable
+
+        table = MergeOnReadTable(str(path), str(changes), SILVER_MOR_SCHEMA, SILVER_MOR_MERGE, CHANGE_SEQ)
+        rows, commits = pending_changes(table)
+        name = changes.relative_to(base)
+        text += f"{'; ' if text else ''}{rows} change rows in {commits} commit(s) of {name} not folded"
+    return f"   ({text})" if text else ""
 
 
 def print_table_at(path: str | Path, name: str, at: At | None, *, rows: int = 0) -> None:

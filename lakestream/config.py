@@ -244,6 +244,18 @@ class TablesConfig:
     #: files of this size it rewrites them in parallel (one 100 MB file: one core, 1.0 s for a
     #: 100k-row MERGE into 150k orders; 16 MB files: 0.6 s).
     merge_target_file_size_mb: int = 16
+    #: How ``silver/orders`` is kept current (DESIGN.md section 13). ``copy_on_write``: each checkpoint
+    #: MERGEs into it, rewriting every file that holds one of its orders. ``merge_on_read``: each
+    #: checkpoint appends its folded rows to ``silver/orders_changes``, and a fold beside the job merges
+    #: those into ``silver/orders``; read the current state with ``lakestream query silver``.
+    silver_layout: Literal["copy_on_write", "merge_on_read"] = "copy_on_write"
+    #: merge_on_read: the job folds once this long passed since its last fold ...
+    silver_fold_every: timedelta = timedelta(minutes=1)
+    #: ... or once this many change rows wait, whichever comes first (0: time only).
+    silver_fold_rows: int = 1_000_000
+    #: merge_on_read: folded changes stay this long, so a reader of a snapshot this old still finds
+    #: every change above it (``lakestream query silver`` reads the newest snapshot).
+    silver_changes_retention: timedelta = timedelta(minutes=10)
 
     def __post_init__(self) -> None:
         """File sizes reach the writers only inside the workers; refuse nonsense before the job starts."""
@@ -251,6 +263,17 @@ class TablesConfig:
             value = getattr(self, key)
             if value < 1:
                 raise ConfigError(f"tables.{key}: must be at least 1 (MB), got {value}")
+        if self.silver_layout == "merge_on_read" and self.silver_partition_by:
+            raise ConfigError(
+                "tables.silver_partition_by: the merge_on_read layout keeps silver unpartitioned; set it "
+                'to [] or use silver_layout = "copy_on_write"'
+            )
+        if self.silver_fold_every <= timedelta(0):
+            raise ConfigError(f"tables.silver_fold_every: must be positive, got {self.silver_fold_every}")
+        if self.silver_fold_rows < 0:
+            raise ConfigError(f"tables.silver_fold_rows: must be 0 or more, got {self.silver_fold_rows}")
+        if self.silver_changes_retention < timedelta(0):
+            raise ConfigError("tables.silver_changes_retention: must not be negative")
 
     def partition_by(self, table: str) -> tuple[str, ...]:
         """Partition columns of ``table`` (e.g. ``bronze/order_events``); none for unknown layers."""

@@ -21,6 +21,10 @@ from lakestream.merge_reduce import reduce_guarded
 from lakestream.merge_spec import MergeSpec, quote_ident
 
 
+def _backtick(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
 def check_sequenced(spec: MergeSpec, seq: str) -> None:
     """Refuse a spec that does not keep ``seq`` as a greatest column (the rule above needs it)."""
     if seq not in spec.greatest:
@@ -31,9 +35,11 @@ def check_sequenced(spec: MergeSpec, seq: str) -> None:
 
 
 def in_arrival_order(snapshot: pa.Table, changes: pa.Table, seq: str) -> pa.Table:
-    """Snapshot rows and change rows as one table ordered by sequence, the snapshot row first on a tie."""
+    """Snapshot rows and change rows as one table ordered by sequence, the snapshot row first on a tie
+    (a null sequence, folded before sequences existed, first of all)."""
     rows = pa.concat_tables([snapshot, changes.select(snapshot.column_names).cast(snapshot.schema)])
-    return rows.take(pc.sort_indices(rows[seq], sort_keys=[(seq, "ascending")]))
+    order = pc.sort_indices(rows, sort_keys=[(seq, "ascending")], null_placement="at_start")
+    return rows.take(order)
 
 
 def current_rows(snapshot: pa.Table, changes: pa.Table, spec: MergeSpec, seq: str) -> pa.Table:
@@ -51,25 +57,34 @@ def above(changes: pa.Table, folded_through: int | None, seq: str) -> pa.Table:
     return changes.filter(pc.greater(changes[seq], pa.scalar(folded_through, pa.int64())))
 
 
-def view_sql(spec: MergeSpec, columns: list[str], *, snapshot: str, changes: str, seq: str) -> str:
+#: SQL dialects of ``view_sql``: how identifiers are quoted.
+DIALECTS = ("ansi", "spark")
+
+
+def view_sql(
+    spec: MergeSpec, columns: list[str], *, snapshot: str, changes: str, seq: str, dialect: str = "ansi"
+) -> str:
     """A SQL query giving the current row of every key from the relations ``snapshot`` and ``changes``.
 
-    Plain SQL (window functions, ``UNION ALL``, ``LEFT JOIN``) that DuckDB, Spark SQL and
-    DataFusion run: per column group, the row with the greatest (time, sequence) among those whose value
-    is not null; ``columns`` is the column order of the result.
+    Plain SQL (window functions, ``UNION ALL``, ``LEFT JOIN``): per column group, the row with the
+    greatest (time, sequence) among those whose value is not null; ``columns`` is the column order of
+    the result. ``ansi`` quotes identifiers with double quotes (DataFusion, DuckDB, PostgreSQL),
+    ``spark`` with backticks (Spark SQL, Databricks).
     """
     check_sequenced(spec, seq)
-    q = quote_ident
+    if dialect not in DIALECTS:
+        raise ValueError(f"dialect {dialect!r}: use one of {', '.join(DIALECTS)}")
+    q = quote_ident if dialect == "ansi" else _backtick
     keys = ", ".join(q(k) for k in spec.keys)
     s = q(seq)
     parts: list[tuple[str, tuple[str, ...], str]] = []  # (value column, moved columns, ORDER BY)
     for grp in spec.groups():
         if grp.value == seq:
             continue
-        parts.append((grp.value, grp.moved, f"{q(grp.time)} DESC NULLS LAST, {s} DESC"))
+        parts.append((grp.value, grp.moved, f"{q(grp.time)} DESC NULLS LAST, {s} DESC NULLS LAST"))
     unguarded = [c for c in columns if c not in spec.keys and not any(c in p[1] for p in parts) and c != seq]
     for col in unguarded:
-        parts.append((col, (col,), f"{s} DESC"))
+        parts.append((col, (col,), f"{s} DESC NULLS LAST"))
     ctes = [f"u AS (SELECT * FROM {snapshot} UNION ALL SELECT * FROM {changes})"]
     ctes.append(f"k AS (SELECT {keys}, MAX({s}) AS {s} FROM u GROUP BY {keys})")
     joins = []

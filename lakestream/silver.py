@@ -73,10 +73,11 @@ SILVER_COLUMNS: tuple[str, ...] = tuple(SILVER_SCHEMA.names)
 
 #: Merge-on-read layout (``silver.layout = "merge_on_read"``, DESIGN.md section 13): each commit's
 #: folded rows go to a changes table stamped with ``change_seq``; the compaction folds them into the
-#: snapshot with ``SILVER_MOR_MERGE``, the same rule with ``change_seq`` kept as the greatest.
+#: snapshot with ``SILVER_MOR_MERGE``, the same rule with ``change_seq`` kept as the greatest. A null
+#: ``change_seq`` is a row folded before any sequence (a copy-on-write silver switched to the layout).
 CHANGE_SEQ = "change_seq"
 SILVER_MOR_MERGE: MergeSpec = SILVER_MERGE.sequenced(CHANGE_SEQ)
-SILVER_MOR_SCHEMA: pa.Schema = SILVER_SCHEMA.append(pa.field(CHANGE_SEQ, pa.int64(), nullable=False))
+SILVER_MOR_SCHEMA: pa.Schema = SILVER_SCHEMA.append(pa.field(CHANGE_SEQ, pa.int64()))
 
 #: Quality tags whose events are applied: SUSPICIOUS ones (e.g. stamped in the future) would pin fields.
 SILVER_ACCEPTS: frozenset[Quality] = frozenset({"VALID"})

@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
+from lakestream.freshness import FRESHNESS_KEY, latest_freshness, newest
 from lakestream.merge_on_read import in_arrival_order
 from lakestream.merge_reduce import reduce_guarded
 from lakestream.merge_spec import quote_ident
@@ -34,8 +35,6 @@ from sources.merge_on_read import FOLD_APP, MergeOnReadTable, changes_above, fol
 
 log = logging.getLogger(__name__)
 
-#: Commit metadata of a fold: what the snapshot holds once it lands.
-FRESHNESS_KEY = "lakestream.freshness"
 DEFAULT_RETENTION = timedelta(minutes=10)
 
 
@@ -144,10 +143,8 @@ def freshness(
         "folded_at": iso_utc_ms(now_ms()),
     }
     if table.event_time is not None:
-        newest = pc.max(source[table.event_time]).as_py()
         previous = snapshot_freshness(snapshot).get("newest_event_time")
-        text = None if newest is None else iso_utc(newest)
-        out["newest_event_time"] = max((t for t in (text, previous) if t), default=None)
+        out["newest_event_time"] = newest(pc.max(source[table.event_time]).as_py(), previous)
     return out
 
 
@@ -160,11 +157,7 @@ def iso_utc_ms(ms: int) -> str:
 
 def snapshot_freshness(snapshot: DeltaTable) -> dict[str, Any]:
     """The freshness the newest fold wrote (empty before the first fold)."""
-    for entry in snapshot.history(limit=50):
-        value = entry.get(FRESHNESS_KEY)
-        if isinstance(value, dict):
-            return value
-    return {}
+    return latest_freshness(snapshot.history(limit=50))
 
 
 def trim_point(snapshot: DeltaTable, retention: timedelta) -> int | None:

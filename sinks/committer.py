@@ -26,12 +26,14 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.ipc
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction
 
+from lakestream.freshness import FRESHNESS_KEY, latest_freshness, newest
 from lakestream.progress import PROGRESS_KEY, merged, progress_app_id
 from sinks.delta_files import file_stats
 from sinks.errors import CommitConflictError, StagedFileMissingError
@@ -79,6 +81,8 @@ class DeltaCommitter:
         self._staging = staging
         self._root = staging.table_root
         self._rng = random.Random()
+        #: Newest event time the table holds (freshness_column), "" for none; None until first read.
+        self._newest_event: str | None = None
 
     def snapshot(self) -> DeltaTable:
         """The table at its latest version."""
@@ -114,6 +118,10 @@ class DeltaCommitter:
             progress = latest_progress(pending)
             if progress:
                 metadata[PROGRESS_KEY] = progress
+            keyed = self.spec.mode != "append" and any(m.files for m in pending)
+            source = self._folded_source(pending) if keyed else None
+            if self.spec.freshness_column is not None:
+                metadata[FRESHNESS_KEY] = self._freshness(dt, source, checkpoint_id)
             transactions = [Transaction(app_id, v) for app_id, v in versions.items()]
             transactions += [
                 Transaction(progress_app_id(self._staging.app_prefix, key), v) for key, v in progress.items()
@@ -121,7 +129,7 @@ class DeltaCommitter:
             props = CommitProperties(app_transactions=transactions, custom_metadata=metadata)
             self.hooks.before_attempt(retries, dt)
             try:
-                if self.spec.mode == "append" or not any(m.files for m in pending):
+                if source is None:
                     # A merge-mode commit of counters only has no source: txn actions and metadata alone.
                     actions: list[AddAction | RemoveAction] = [
                         _add_action(f) for m in pending for f in m.files
@@ -135,9 +143,9 @@ class DeltaCommitter:
                     )
                     files_added = len(actions)
                 elif self.spec.mode == "changes":
-                    files_added = self._append_changes(dt, pending, props)
+                    files_added = self._append_changes(dt, source, props)
                 else:
-                    files_added = self._merge(dt, pending, props)
+                    files_added = self._merge(dt, source, props)
             except CommitFailedError as exc:
                 retries += 1
                 self.metrics.commit_retries += 1
@@ -201,7 +209,17 @@ class DeltaCommitter:
         # earlier checkpoints, or adopts another slot's) can hold a key twice.
         return parts[0] if len(parts) == 1 else self.spec.pre_reduce(pa.concat_tables(parts))
 
-    def _append_changes(self, dt: DeltaTable, manifests: list[Manifest], props: CommitProperties) -> int:
+    def _freshness(self, dt: DeltaTable, source: pa.Table | None, checkpoint_id: int) -> dict[str, Any]:
+        """``FRESHNESS_KEY`` of this commit: its checkpoint, and the newest event time the table holds."""
+        column = self.spec.freshness_column
+        assert column is not None
+        if self._newest_event is None:  # the first commit of this committer: what the table says
+            self._newest_event = latest_freshness(dt.history(limit=50)).get("newest_event_time") or ""
+        if source is not None and source.num_rows:
+            self._newest_event = newest(pc.max(source[column]).as_py(), self._newest_event or None) or ""
+        return {"checkpoint": checkpoint_id, "newest_event_time": self._newest_event or None}
+
+    def _append_changes(self, dt: DeltaTable, source: pa.Table, props: CommitProperties) -> int:
         """Changes mode: one file of the folded rows, stamped with the version this commit plans.
 
         The stamp orders commits (a commit that lands later than planned still stamps above every earlier
@@ -211,10 +229,9 @@ class DeltaCommitter:
         """
         seq_col = self.spec.sequence_column
         assert seq_col is not None
-        source = self._folded_source(manifests)
         seq = dt.version() + 1
         rows = source.append_column(
-            pa.field(seq_col, pa.int64(), nullable=False), pa.array(np.full(source.num_rows, seq, np.int64))
+            pa.field(seq_col, pa.int64()), pa.array(np.full(source.num_rows, seq, np.int64))
         )
         name = f"part-00000-{uuid.uuid4().hex}-s{seq}.snappy.parquet"
         path = self._root / name
@@ -240,10 +257,9 @@ class DeltaCommitter:
             raise
         return 1
 
-    def _merge(self, dt: DeltaTable, manifests: list[Manifest], props: CommitProperties) -> int:
+    def _merge(self, dt: DeltaTable, source: pa.Table, props: CommitProperties) -> int:
         spec = self.spec.merge
         assert spec is not None
-        source = self._folded_source(manifests)
         merger = dt.merge(
             source,
             spec.merge_predicate("s", "t"),

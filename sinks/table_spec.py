@@ -40,6 +40,9 @@ class TableSpec:
     storage_options: dict[str, str] | None = None
     #: Changes mode: the int64 column each commit stamps on its rows (its planned table version).
     sequence_column: str | None = None
+    #: Merge/changes mode: the event-time column whose greatest value each commit records as the table's
+    #: freshness (``lakestream.freshness``), with its checkpoint.
+    freshness_column: str | None = None
 
     @classmethod
     def of(
@@ -53,6 +56,7 @@ class TableSpec:
         target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
         storage_options: Mapping[str, str] | None = None,
         sequence_column: str | None = None,
+        freshness_column: str | None = None,
     ) -> TableSpec:
         """The spec from the keyword options the writer and the global committer take."""
         return cls(
@@ -64,6 +68,7 @@ class TableSpec:
             target_file_size=target_file_size,
             storage_options=dict(storage_options) if storage_options else None,
             sequence_column=sequence_column,
+            freshness_column=freshness_column,
         )
 
     def __post_init__(self) -> None:
@@ -100,6 +105,11 @@ class TableSpec:
                     "mode='upsert' replaces whole rows and ignores guards: use mode='merge' for a MergeSpec "
                     "with guarded/greatest columns, or MergeSpec(keys=...) alone for upsert"
                 )
+        if self.freshness_column is not None:
+            if mode == "append":
+                raise ValueError("freshness_column= is for mode='merge', 'upsert' or 'changes'")
+            if self.freshness_column not in schema.names:
+                raise ValueError(f"freshness_column {self.freshness_column!r} is not a column of the rows")
         if self.target_file_size < 1:
             raise ValueError(f"target_file_size must be positive bytes, got {self.target_file_size}")
 
@@ -108,7 +118,7 @@ class TableSpec:
         """The table's columns: ``schema``, then the sequence column in changes mode."""
         if self.sequence_column is None:
             return self.schema
-        return self.schema.append(pa.field(self.sequence_column, pa.int64(), nullable=False))
+        return self.schema.append(pa.field(self.sequence_column, pa.int64()))
 
     def pre_reduce(self, rows: pa.Table) -> pa.Table:
         """One row per key, as the MERGE would fold ``rows`` in order (merge/upsert/changes mode)."""

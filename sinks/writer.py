@@ -48,6 +48,7 @@ class TwoPhaseDeltaWriter:
         target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
         storage_options: Mapping[str, str] | None = None,
         sequence_column: str | None = None,
+        freshness_column: str | None = None,
         retry: RetryPolicy | None = None,
         commit_hooks: CommitHooks | None = None,
         commit_mode: CommitMode = "subtask",
@@ -65,6 +66,7 @@ class TwoPhaseDeltaWriter:
             target_file_size=target_file_size,
             storage_options=storage_options,
             sequence_column=sequence_column,
+            freshness_column=freshness_column,
         )
         self.app_prefix = app_prefix
         self.commit_mode: CommitMode = commit_mode

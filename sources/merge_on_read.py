@@ -10,6 +10,7 @@ that folds the changes into the snapshot is ``maintenance.fold_changes``; DESIGN
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -19,8 +20,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from deltalake import DeltaTable, QueryBuilder
+from deltalake import DeltaTable, Field, QueryBuilder
 from deltalake.exceptions import TableNotFoundError
+from deltalake.schema import PrimitiveType
 
 from lakestream.merge_on_read import check_sequenced, current_rows
 from lakestream.merge_on_read import view_sql as rule_view_sql
@@ -28,6 +30,8 @@ from lakestream.merge_spec import MergeSpec
 from sinks.table_bootstrap import open_table
 from sinks.table_spec import DEFAULT_TARGET_FILE_SIZE, TableSpec
 from sources.delta_log import open_filesystem
+
+log = logging.getLogger(__name__)
 
 #: Txn app id of the folds in the snapshot table; its version is the highest sequence folded.
 FOLD_APP = "lakestream:fold-changes"
@@ -67,7 +71,12 @@ class MergeOnReadTable:
         )
 
     def open_snapshot(self) -> DeltaTable:
-        """The snapshot table, created empty when missing."""
+        """The snapshot table, created empty when missing; a table with every column but the sequence
+        (a copy-on-write table switched to this layout) gets the sequence column, null in its rows."""
+        snapshot = open_snapshot_if_any(self)
+        if snapshot is not None and self.seq not in snapshot.schema().to_arrow().names:
+            snapshot.alter.add_columns([Field(self.seq, PrimitiveType("long"), nullable=True)])
+            log.info("%s: added the sequence column %s (merge-on-read layout)", self.snapshot_uri, self.seq)
         return open_table(self.snapshot_spec(), log_name=f"{self.snapshot_uri} (fold)")
 
     def open_changes(self) -> DeltaTable | None:
@@ -119,8 +128,12 @@ def scan(
     parts = []
     for path in np.asarray(actions["path"].to_pylist(), dtype=object)[keep] if actions.num_rows else []:
         with fs.open_input_file(unquote(str(path))) as fh:
-            data = pq.ParquetFile(fh).read(columns=schema.names, use_threads=False)
-        parts.append(data.cast(schema))
+            pf = pq.ParquetFile(fh)
+            present = [n for n in schema.names if n in pf.schema_arrow.names]
+            data = pf.read(columns=present, use_threads=False)
+        # A column added to the table later (the sequence column) is null in older files.
+        columns = [data[f.name] if f.name in present else pa.nulls(data.num_rows, f.type) for f in schema]
+        parts.append(pa.table(columns, names=schema.names).cast(schema))
     rows = pa.concat_tables(parts) if parts else schema.empty_table()
     if min_seq is not None:
         rows = rows.filter(pc.greater(rows[min_seq[0]], pa.scalar(min_seq[1], pa.int64())))
@@ -186,8 +199,15 @@ def read_current(table: MergeOnReadTable, *, keys: list[str] | None = None) -> p
     return current_rows(base, pending, table.spec, table.seq)
 
 
-def view_sql(table: MergeOnReadTable, *, snapshot: str = "snapshot", changes: str = "changes") -> str:
+def view_sql(
+    table: MergeOnReadTable, *, snapshot: str = "snapshot", changes: str = "changes", dialect: str = "ansi"
+) -> str:
     """The current table as one SQL query over the relations ``snapshot`` and ``changes``."""
     return rule_view_sql(
-        table.spec, list(table.schema.names), snapshot=snapshot, changes=changes, seq=table.seq
+        table.spec,
+        list(table.schema.names),
+        snapshot=snapshot,
+        changes=changes,
+        seq=table.seq,
+        dialect=dialect,
     )

@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyflink.datastream import DataStream
 
     from lakestream.merge_spec import MergeSpec
+    from maintenance.fold_schedule import FoldTask
     from sinks.committable import Committable
     from sinks.writer import TwoPhaseDeltaWriter
     from sinks.writer_metrics import CommitResult
@@ -66,10 +67,17 @@ class DeltaSinkSpec:
     kafka_progress: bool = False
     #: Changes mode: the commit sequence column the table has beside ``schema`` (``sinks.table_spec``).
     sequence_column: str | None = None
+    #: Merge/changes mode: the event-time column recorded as the table's freshness (``sinks.table_spec``).
+    freshness_column: str | None = None
+    #: Changes mode, global commit: the merge-on-read table the committer folds the changes into, and
+    #: when (``maintenance.fold_schedule``).
+    fold: FoldTask | None = None
 
     def __post_init__(self) -> None:
         if self.commit not in ("subtask", "global"):
             raise ValueError(f"commit must be 'subtask' or 'global', got {self.commit!r}")
+        if self.fold is not None and (self.mode != "changes" or self.commit != "global"):
+            raise ValueError(f"{self.app_prefix}: fold= is for a changes-mode table with commit='global'")
         if self.kafka_progress:
             missing = [c for c in ("topic", "partition", "offset") if c not in self.schema.names]
             if missing:
@@ -91,6 +99,7 @@ class DeltaSinkSpec:
             merge=self.merge,
             target_file_size=self.target_file_size,
             sequence_column=self.sequence_column,
+            freshness_column=self.freshness_column,
             commit_mode=self.commit,
             **self.writer_options,
         )

@@ -10,7 +10,7 @@ subtasks' OPEN resolves what a crashed attempt left (DESIGN.md section 3).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pyflink.common import Row, Types
@@ -24,6 +24,7 @@ from udfs.worker_memory import return_free_memory
 if TYPE_CHECKING:  # pragma: no cover
     from pyflink.datastream import DataStream
 
+    from maintenance.fold_schedule import BackgroundFold
     from sinks.global_committer import GlobalCommitter
     from sinks.writer_metrics import CommitResult
 
@@ -54,6 +55,8 @@ class GlobalCommitterFunction(ProcessFunction):  # type: ignore[misc]
             raise ValueError("the global committer needs at least one table")
         self.specs = by_prefix
         self.committers: dict[str, GlobalCommitter] = {}
+        #: Merge-on-read tables: their folds beside the commits, by app prefix.
+        self.folds: dict[str, BackgroundFold] = {}
 
     def open(self, runtime_context: RuntimeContext) -> None:
         """The commit gauges of each table (group ``delta_table.<app prefix>``); the subtasks no longer
@@ -62,6 +65,12 @@ class GlobalCommitterFunction(ProcessFunction):  # type: ignore[misc]
             group = runtime_context.get_metrics_group().add_group("delta_table", prefix)
             for gauge, attr in COMMIT_GAUGES.items():
                 group.gauge(gauge, gauge_reader(self._metrics_of(prefix), attr))
+            if self.specs[prefix].fold is not None:
+                for gauge, read in fold_gauges(self._fold_of(prefix)).items():
+                    group.gauge(gauge, read)
+
+    def _fold_of(self, prefix: str) -> Callable[[], BackgroundFold | None]:
+        return lambda: self.folds.get(prefix)
 
     def _metrics_of(self, prefix: str) -> Any:
         def metrics() -> Any:
@@ -88,9 +97,14 @@ class GlobalCommitterFunction(ProcessFunction):  # type: ignore[misc]
             self._open(marker)
         elif kind == COMMIT:
             results = [c.commit(marker.checkpoint_id) for c in self.committers.values()]
+            for prefix, result in zip(self.committers, results, strict=True):
+                if prefix in self.folds:
+                    self.folds[prefix].committed(result.rows if result.committed else 0)
             return_free_memory()  # a MERGE's working set is freed, but kept by the allocators
         elif kind == END_OF_INPUT:
             results = [c.end_of_input() for c in self.committers.values()]
+            for fold in self.folds.values():
+                fold.finish()  # a bounded run leaves the merge-on-read snapshot complete
         for prefix, result in zip(self.committers, results, strict=False):
             if result.committed:
                 yield f"{prefix}: {result}"
@@ -113,15 +127,41 @@ class GlobalCommitterFunction(ProcessFunction):  # type: ignore[misc]
                 merge=spec.merge,
                 target_file_size=spec.target_file_size,
                 sequence_column=spec.sequence_column,
+                freshness_column=spec.freshness_column,
                 **spec.writer_options,
             )
             committer.open()
             self.committers[prefix] = committer
+            if spec.fold is not None:
+                from maintenance.fold_schedule import BackgroundFold
+
+                self.folds[prefix] = BackgroundFold(spec.fold)
 
     def close(self) -> None:
         """Drop the collected committables; their manifests stay for the writers' next OPEN."""
         for committer in self.committers.values():
             committer.close()
+
+
+def fold_gauges(fold: Callable[[], BackgroundFold | None]) -> dict[str, Callable[[], int]]:
+    """The fold gauges of a merge-on-read table (group ``delta_table.<app prefix>``), 0 before a fold."""
+
+    def of(read: Callable[[BackgroundFold], int]) -> Callable[[], int]:
+        def gauge() -> int:
+            current = fold()
+            return 0 if current is None else read(current)
+
+        return gauge
+
+    return {
+        "folds": of(lambda f: f.folds),
+        "foldRunning": of(lambda f: int(f.running)),
+        "lastFoldMs": of(lambda f: 0 if f.last is None else int(f.last.seconds * 1000)),
+        "lastFoldRows": of(lambda f: 0 if f.last is None else f.last.change_rows),
+        "foldedThrough": of(
+            lambda f: -1 if f.last is None or f.last.folded_through is None else f.last.folded_through
+        ),
+    }
 
 
 def commit_globally(stream: DataStream, specs: Sequence[DeltaSinkSpec], *, name: str, uid: str) -> None:

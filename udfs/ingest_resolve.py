@@ -5,7 +5,8 @@ an event meet in one subtask); DATA payloads are ``ingest_rows.ResolveBatch``: p
 watermarks (from the ``EventTimeGate``) and de-dup flags (Flink keyed state). Late arrivals go to
 ``late/order_events`` with their watermark and are still applied (the guard, not the watermark, protects
 newer values); first sightings become the partial rows of ``lakestream.silver.silver_source``, which the
-silver writer folds per checkpoint and MERGEs with ``SILVER_MERGE`` (DESIGN.md section 2).
+silver writer folds per checkpoint and MERGEs with ``SILVER_MERGE`` (DESIGN.md section 2), or in the
+merge-on-read layout appends to silver's changes table (section 13).
 
 The output is the committables (``udfs.global_commit.COMMITTABLE_TYPE``) of the tables in global commit
 mode (silver), for one ``GlobalCommitterFunction``. Each checkpoint's counts of late events, duplicates
@@ -43,8 +44,10 @@ class ResolveBatches(ProcessFunction):  # type: ignore[misc]
     def __init__(self, *, tables: Mapping[str, DeltaSinkSpec]) -> None:
         if set(tables) != {LATE, SILVER}:
             raise ValueError(f"tables: need specs for {LATE} and {SILVER}, got {sorted(tables)}")
-        if tables[SILVER].mode != "merge":
-            raise ValueError("tables: silver must be written in merge mode (the guard resolves orders)")
+        if tables[SILVER].mode not in ("merge", "changes"):
+            raise ValueError(
+                "tables: silver must be written in merge or changes mode (the guard resolves orders)"
+            )
         self.tables = TableWriters(tables)
         self._watermark_type = tables[LATE].schema.field("watermark").type
 

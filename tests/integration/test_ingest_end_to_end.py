@@ -32,6 +32,9 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from devtools.processes import kill_group
 from devtools.sample_events import SampleSettings, SourceEvent, generate
+from flink_jobs.ingest import silver_mor_table
+from lakestream.config import load_config
+from sources.merge_on_read import read_current
 from tests.support.cli import run_cli
 from tests.support.ingest_job import setup_topics, start_unbounded, wait_for
 from tests.support.silver_oracle import FIELDS as RESOLVED
@@ -398,7 +401,7 @@ def assert_tables(lakehouse: Path, records: list[Record], runs: list[list[Record
     assert late[seed_late.coords]["address"] == "Xicheng"
 
     # Silver: one row per order, equal to the generator's ground truth (VALID events, late ones included).
-    silver_rows = read(lakehouse, "silver/orders")
+    silver_rows = read_silver(lakehouse)
     silver = {r["order_id"]: {f: r[f] for f in RESOLVED if r[f] is not None} for r in silver_rows}
     assert len(silver) == len(silver_rows)
     expected = expected_silver([r.ev for r in records if r.kind == "valid"])
@@ -423,10 +426,24 @@ def assert_tables(lakehouse: Path, records: list[Record], runs: list[list[Record
     assert counts["silver_changes"] == changes, counts
 
 
+def merge_on_read(lakehouse: Path) -> bool:
+    """Whether the run kept silver merge-on-read (it has a changes table)."""
+    return (lakehouse / "silver/orders_changes/_delta_log").is_dir()
+
+
+def read_silver(lakehouse: Path) -> list[dict[str, Any]]:
+    """The current silver rows: the table itself, or its snapshot and changes read as one."""
+    if not merge_on_read(lakehouse):
+        return read(lakehouse, "silver/orders")
+    cfg = load_config(None, environ={"LAKESTREAM__LAKEHOUSE__ROOT": str(lakehouse)})
+    return read_current(silver_mor_table(cfg)).to_pylist()
+
+
 def silver_commit_counters(lakehouse: Path) -> Counter[str]:
-    """``lakestream.counters`` of silver's commits, summed over the whole table history."""
+    """``lakestream.counters`` of the silver sink's commits, summed over the whole table history."""
     total: Counter[str] = Counter()
-    for entry in DeltaTable(str(lakehouse / "silver/orders")).history():
+    table = "silver/orders_changes" if merge_on_read(lakehouse) else "silver/orders"
+    for entry in DeltaTable(str(lakehouse / table)).history():
         total.update(entry.get("lakestream.counters") or {})
     return total
 
@@ -492,6 +509,59 @@ def test_ingest_killed_and_resumed_gives_the_same_tables(kafka: str, lakehouse: 
     print(f"kill-and-resume ingest of {len(records)} records took {time.monotonic() - started:.1f}s")
     assert "resuming from checkpoint" in log.read_text()
     assert_tables(lakehouse, records)
+
+
+def wait_for_silver(lakehouse: Path, orders: int, proc: Any, log: Path, timeout: float = 150) -> None:
+    """Until the current silver (merge-on-read: snapshot and changes) has ``orders`` rows."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if merge_on_read(lakehouse) and len(read_silver(lakehouse)) >= orders:
+            return
+        assert proc.poll() is None, f"job exited early:\n{log.read_text()[-4000:]}"
+        time.sleep(0.5)
+    raise AssertionError(f"silver has fewer than {orders} orders\n{log.read_text()[-4000:]}")
+
+
+def test_merge_on_read_silver_killed_twice_then_bounded(kafka: str, lakehouse: Path, tmp_path: Path) -> None:
+    """Merge-on-read silver across two SIGKILLs (folds running beside the commits, changes trimmed as
+    soon as folded): the current silver is exact after each run, the bounded run's final fold leaves
+    the snapshot alone exact, and the counters are in the changes table exactly once."""
+    topics, env = setup_topics(kafka, tmp_path, lakehouse)
+    env |= {
+        "LAKESTREAM__TABLES__SILVER_LAYOUT": "merge_on_read",
+        "LAKESTREAM__TABLES__SILVER_FOLD_EVERY": '"2s"',
+        "LAKESTREAM__TABLES__SILVER_CHANGES_RETENTION": '"0s"',
+    }
+    records, half = build_stream()
+    log = tmp_path / "ingest.log"
+    produce(kafka, topics, records[:half])
+    first = start_unbounded(env, log)
+    try:
+        wait_for(lakehouse, expected_counts(records[:half]), first, log)
+        orders = len(expected_silver([r.ev for r in records[:half] if r.kind == "valid"]))
+        wait_for_silver(lakehouse, orders, first, log)
+        time.sleep(2.5)  # at least one fold; the kill lands anywhere between commits and folds
+    finally:
+        kill_group(first)
+    produce(kafka, topics, records[half:])
+    second = start_unbounded(env, log)
+    try:
+        wait_for(lakehouse, expected_counts(records), second, log)
+        wait_for_silver(
+            lakehouse, len(expected_silver([r.ev for r in records if r.kind == "valid"])), second, log
+        )
+        time.sleep(3)
+    finally:
+        kill_group(second)
+    assert "resuming from checkpoint" in log.read_text()
+    assert_tables(lakehouse, records)
+    snapshot = DeltaTable(str(lakehouse / "silver/orders"))
+    assert any(h.get("lakestream.freshness") for h in snapshot.history()), "no fold ran beside the job"
+
+    run_ingest(env)  # settles the killed run, reads nothing new, folds the rest at its end
+    assert_tables(lakehouse, records)
+    folded = {r["order_id"]: r for r in read(lakehouse, "silver/orders")}
+    assert folded == {r["order_id"]: r for r in read_silver(lakehouse)}
 
 
 def test_silver_exact_with_cold_state_across_runs(kafka: str, lakehouse: Path, tmp_path: Path) -> None:

@@ -7,13 +7,14 @@ from pathlib import Path
 
 from sources.flink_source import SOURCE_GAUGES
 from udfs.delta_sink import COMMIT_GAUGES, STAGER_GAUGES
+from udfs.global_commit import fold_gauges
 
 ROOT = Path(__file__).resolve().parents[2]
 REGISTERS = re.compile(r"""\.(?:counter|gauge|distribution|meter)\(\s*["']([A-Za-z_]+)["']""")
 
 
 def registered() -> set[str]:
-    names = set(COMMIT_GAUGES) | set(STAGER_GAUGES) | set(SOURCE_GAUGES)
+    names = set(COMMIT_GAUGES) | set(STAGER_GAUGES) | set(SOURCE_GAUGES) | set(fold_gauges(lambda: None))
     files = [*ROOT.glob("udfs/*.py"), *ROOT.glob("sources/*.py"), *ROOT.glob("jvm/src/main/java/**/*.java")]
     for path in files:
         names |= set(REGISTERS.findall(path.read_text(encoding="utf-8")))

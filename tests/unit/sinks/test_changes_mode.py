@@ -16,13 +16,14 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lakestream.freshness import FRESHNESS_KEY
 from lakestream.merge_on_read import current_rows
 from lakestream.silver import CHANGE_SEQ, SILVER_MERGE, SILVER_MOR_MERGE, SILVER_MOR_SCHEMA, SILVER_SCHEMA
-from maintenance.fold_changes import FRESHNESS_KEY, fold_once, pending_changes, snapshot_freshness
+from maintenance.fold_changes import fold_once, pending_changes, snapshot_freshness
 from sinks.table_spec import TableSpec
 from sources.merge_on_read import MergeOnReadTable, folded_through, query, read_current
 from sources.merge_on_read import view_sql as table_view_sql
@@ -242,3 +243,22 @@ def test_current_rows_and_the_view_equal_the_fold_for_any_fold_point(
     for kept in (changes, changes.filter(pa.compute.greater_equal(changes[CHANGE_SEQ], upto))):
         got = current_rows(snapshot, kept, SILVER_MOR_MERGE, CHANGE_SEQ)
         assert silver_only(got).equals(expected(applied))
+
+
+def test_a_row_folded_before_sequences_loses_a_time_tie_to_any_change(tmp_path: Path) -> None:
+    """A copy-on-write row switched to merge-on-read has a null ``change_seq``: the lowest."""
+    old = {**event("o1", "e1", 5, status="before"), CHANGE_SEQ: None}
+    new = {**event("o1", "e2", 5, status="after"), CHANGE_SEQ: 0}
+    snapshot = pa.Table.from_pylist([old], schema=SILVER_MOR_SCHEMA)
+    changes = pa.Table.from_pylist([new], schema=SILVER_MOR_SCHEMA)
+    got = current_rows(snapshot, changes, SILVER_MOR_MERGE, CHANGE_SEQ)
+    assert got.column("status").to_pylist() == ["after"]
+    assert got.column(CHANGE_SEQ).to_pylist() == [0]
+    write_deltalake(str(tmp_path / "orders"), snapshot)
+    write_deltalake(str(tmp_path / "orders_changes"), changes)
+    tables = {
+        "snapshot": DeltaTable(str(tmp_path / "orders")),
+        "changes": DeltaTable(str(tmp_path / "orders_changes")),
+    }
+    viewed = query(tables, table_view_sql(mor(tmp_path))).to_pylist()
+    assert [(r["status"], r[CHANGE_SEQ]) for r in viewed] == [("after", 0)]
