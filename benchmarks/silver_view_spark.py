@@ -86,7 +86,10 @@ def build(root: Path, seed: int) -> tuple[MergeOnReadTable, list[dict[str, Any]]
 
 def comparable(rows: pa.Table) -> list[dict[str, Any]]:
     """Silver columns only, sorted by order: what the layouts must agree on."""
-    return rows.select(SILVER_SCHEMA.names).cast(SILVER_SCHEMA).sort_by("order_id").to_pylist()
+    out: list[dict[str, Any]] = (
+        rows.select(SILVER_SCHEMA.names).cast(SILVER_SCHEMA).sort_by("order_id").to_pylist()
+    )
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
