@@ -126,7 +126,13 @@ class DeltaCommitter:
             transactions += [
                 Transaction(progress_app_id(self._staging.app_prefix, key), v) for key, v in progress.items()
             ]
-            props = CommitProperties(app_transactions=transactions, custom_metadata=metadata)
+            # Changes mode: the commit must land at the version its rows are stamped with, so delta-rs
+            # may not move it past a concurrent commit; a conflict is re-planned (and re-stamped) here.
+            props = CommitProperties(
+                app_transactions=transactions,
+                custom_metadata=metadata,
+                max_commit_retries=0 if self.spec.mode == "changes" else None,
+            )
             self.hooks.before_attempt(retries, dt)
             try:
                 if source is None:
@@ -220,12 +226,13 @@ class DeltaCommitter:
         return {"checkpoint": checkpoint_id, "newest_event_time": self._newest_event or None}
 
     def _append_changes(self, dt: DeltaTable, source: pa.Table, props: CommitProperties) -> int:
-        """Changes mode: one file of the folded rows, stamped with the version this commit plans.
+        """Changes mode: one file of the folded rows, stamped with the version this commit lands at.
 
-        The stamp orders commits (a commit that lands later than planned still stamps above every earlier
-        one: this committer is the table's only row writer, one commit at a time), which is the arrival
-        order merge-on-read needs between commits (DESIGN.md section 13). A failed attempt's file is
-        deleted; the retry writes its own.
+        The commit may not be rebased (``max_commit_retries=0``): if another commit took that version
+        first, it fails and is re-planned with the next version. So a stamp is its commit's version:
+        unique, in commit order (the arrival order merge-on-read needs, DESIGN.md section 13), and a
+        reader of version C has every row stamped <= C. A failed attempt's file is deleted; the retry
+        writes its own.
         """
         seq_col = self.spec.sequence_column
         assert seq_col is not None

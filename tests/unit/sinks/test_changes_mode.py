@@ -24,6 +24,7 @@ from lakestream.freshness import FRESHNESS_KEY
 from lakestream.merge_on_read import current_rows
 from lakestream.silver import CHANGE_SEQ, SILVER_MERGE, SILVER_MOR_MERGE, SILVER_MOR_SCHEMA, SILVER_SCHEMA
 from maintenance.fold_changes import fold_once, pending_changes, snapshot_freshness
+from sinks.committer import CommitHooks
 from sinks.table_spec import TableSpec
 from sources.merge_on_read import MergeOnReadTable, folded_through, query, read_current
 from sources.merge_on_read import view_sql as table_view_sql
@@ -262,3 +263,40 @@ def test_a_row_folded_before_sequences_loses_a_time_tie_to_any_change(tmp_path: 
     }
     viewed = query(tables, table_view_sql(mor(tmp_path))).to_pylist()
     assert [(r["status"], r[CHANGE_SEQ]) for r in viewed] == [("after", 0)]
+
+
+class CommitBeforeUs(CommitHooks):
+    """Another commit takes the version ours planned, between our snapshot and our commit."""
+
+    def __init__(self, other: Path) -> None:
+        self.other = other
+
+    def before_attempt(self, attempt: int, snapshot: DeltaTable) -> None:
+        if attempt == 0:
+            w = changes_writer(self.other.parent, None, app_prefix="other")
+            w.write(batch([event("o9", "x1", 1, status="other")]))
+            w.prepare(1)
+            w.commit(1)
+
+
+def test_a_commit_lands_at_the_version_it_is_stamped_with(tmp_path: Path) -> None:
+    w = changes_writer(tmp_path, None)
+    w.write(batch([event("o1", "e1", 1, status="a")]))
+    w.prepare(1)
+    w.commit(1)
+    w2 = changes_writer(tmp_path, 1, commit_hooks=CommitBeforeUs(tmp_path / "orders_changes"))
+    w2.write(batch([event("o1", "e2", 2, status="b")]))
+    w2.prepare(2)
+    assert w2.commit(2).retries == 1  # re-planned once: the other commit took its version
+    changes = str(tmp_path / "orders_changes")
+    rows = DeltaTable(changes).to_pyarrow_table().to_pylist()
+    assert sorted(r[CHANGE_SEQ] for r in rows) == [1, 2, 3]
+    for r in rows:  # each row appears exactly at the version it is stamped with
+        assert r["order_id"] in {
+            x["order_id"] for x in DeltaTable(changes, version=r[CHANGE_SEQ]).to_pyarrow_table().to_pylist()
+        }
+        before = DeltaTable(changes, version=r[CHANGE_SEQ] - 1).to_pyarrow_table().to_pylist()
+        assert r[CHANGE_SEQ] not in {x[CHANGE_SEQ] for x in before}
+    assert sorted(p.name for p in Path(changes).glob("*.parquet")) == sorted(
+        Path(u).name for u in DeltaTable(changes).file_uris()
+    )  # the failed attempt's file is gone
