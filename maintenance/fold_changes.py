@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -69,15 +69,7 @@ def fold_once(
         snapshot = table.open_snapshot()
         result = _fold(table, changes, snapshot, max_attempts=max_attempts)
     trimmed = trim_changes(table, retention=retention, max_attempts=max_attempts)
-    out = FoldResult(
-        change_rows=result.change_rows,
-        keys=result.keys,
-        folded_through=result.folded_through,
-        snapshot_version=result.snapshot_version,
-        files_rewritten=result.files_rewritten,
-        trimmed_rows=trimmed,
-        seconds=time.monotonic() - started,
-    )
+    out = replace(result, trimmed_rows=trimmed, seconds=time.monotonic() - started)
     if out.change_rows:
         log.info("%s: %s", table.snapshot_uri, out)
     return out

@@ -110,26 +110,13 @@ class GlobalCommitterFunction(ProcessFunction):  # type: ignore[misc]
                 yield f"{prefix}: {result}"
 
     def _open(self, marker: Marker) -> None:
-        from sinks.global_committer import GlobalCommitter
-
         if marker.parallelism != 1:
             raise ValueError(
                 f"the global committer runs at parallelism {marker.parallelism}: it must run at 1, or each "
                 "of its subtasks would commit a part of every checkpoint"
             )
         for prefix, spec in self.specs.items():
-            committer = GlobalCommitter(
-                table_uri=spec.table_uri,
-                app_prefix=spec.app_prefix,
-                schema=spec.schema,
-                mode=spec.mode,
-                partition_by=list(spec.partition_by) or None,
-                merge=spec.merge,
-                target_file_size=spec.target_file_size,
-                sequence_column=spec.sequence_column,
-                freshness_column=spec.freshness_column,
-                **spec.writer_options,
-            )
+            committer = spec.new_global_committer()
             committer.open()
             self.committers[prefix] = committer
             if spec.fold is not None:

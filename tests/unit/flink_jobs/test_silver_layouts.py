@@ -37,21 +37,12 @@ def write_silver(
 ) -> None:
     """The ingest job's silver sink (global commit: stage, then the committer) over ``checkpoints``."""
     from sinks.committable import Committable
-    from sinks.global_committer import GlobalCommitter
 
     cfg = load_config(None, environ=environ(root, layout))
     spec = table_specs(cfg)[SILVER_TABLE]
     writer = spec.new_writer()
     writer.open(restored_checkpoint_id=None, run_id=run_id, subtask=0, parallelism=1)
-    committer = GlobalCommitter(
-        table_uri=spec.table_uri,
-        app_prefix=spec.app_prefix,
-        schema=spec.schema,
-        mode=spec.mode,
-        merge=spec.merge,
-        sequence_column=spec.sequence_column,
-        freshness_column=spec.freshness_column,
-    )
+    committer = spec.new_global_committer()
     committer.open()
     if spec.fold is not None:
         BackgroundFold(spec.fold)  # as the job's committer opens it: creates the snapshot, folds nothing
