@@ -2,9 +2,9 @@
 
 The reference is ``SILVER_MERGE.fold_rows`` (every event one by one in arrival order), which the
 copy-on-write MERGE equals (``test_merge_mode``). The current table read from the snapshot and the
-changes (Python read path and the SQL view in DataFusion) must equal it after every checkpoint, across
-folds at random points, trims, crashes of the writer and restores, and the snapshot alone after a
-final fold.
+changes (Python read path and the SQL view in DataFusion) must equal it, and a copy-on-write table
+written with the same checkpoints, after every checkpoint, across folds at random points, trims,
+crashes of the writer and restores; so must the snapshot alone after a final fold.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from sinks.committer import CommitHooks
 from sinks.table_spec import TableSpec
 from sources.merge_on_read import MergeOnReadTable, folded_through, query, read_current
 from sources.merge_on_read import view_sql as table_view_sql
-from tests.support.delta_tables import open_writer, txn_version
+from tests.support.delta_tables import open_writer, snapshot_rows, txn_version
 from tests.support.silver_rows import change as event
-from tests.unit.sinks.test_merge_mode import FAST_RETRY, as_table, batch, random_events
+from tests.unit.sinks.test_merge_mode import FAST_RETRY, as_table, batch, random_events, silver_writer
 
 KEYS = ["order_id"]
 
@@ -147,14 +147,18 @@ def test_a_tie_in_event_time_goes_to_the_later_commit_across_a_fold(tmp_path: Pa
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
-def test_read_path_equals_the_reference_across_folds_trims_and_crashes(tmp_path: Path, seed: int) -> None:
+def test_read_path_equals_copy_on_write_across_folds_trims_and_crashes(tmp_path: Path, seed: int) -> None:
     rng = random.Random(seed)
     table = mor(tmp_path)
     w = changes_writer(tmp_path, None)
+    cow = silver_writer(tmp_path / "cow", None)  # the same checkpoints, copy-on-write
     applied: list[dict[str, Any]] = []
     committed = 0
     for n in range(1, 9):
         rows = random_events(rng, 10, 100 * n)
+        cow.write(batch(rows))
+        cow.prepare(n)
+        cow.commit(n)
         w.write(batch(rows))
         w.prepare(n)
         if rng.random() < 0.25:
@@ -175,6 +179,7 @@ def test_read_path_equals_the_reference_across_folds_trims_and_crashes(tmp_path:
         if rng.random() < 0.5:
             fold_once(table, retention=timedelta(0) if rng.random() < 0.5 else timedelta(hours=1))
         assert_current(tmp_path, applied)
+        assert silver_only(read_current(table)).equals(snapshot_rows(tmp_path / "cow", SILVER_SCHEMA, KEYS))
     result = fold_once(table, retention=timedelta(0))
     assert pending_changes(table) == (0, 0)
     snapshot = DeltaTable(table.snapshot_uri)
