@@ -116,6 +116,6 @@ def register(sub: SubParsers) -> argparse.ArgumentParser:
         "--dialect",
         choices=DIALECTS,
         default="ansi",
-        help="--sql quoting: ansi (DataFusion, DuckDB; default) or spark (Spark SQL, Databricks)",
+        help="--sql quoting: ansi (double quotes, e.g. DataFusion; default) or spark (backticks)",
     )
     return p

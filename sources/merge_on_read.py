@@ -4,7 +4,8 @@
 current row of every key (or of some values of the key) by the rule of
 ``lakestream.merge_on_read``, reading the changes table before the snapshot so that the snapshot read
 holds at least every change the changes read misses. ``view_sql`` is the same read as one SQL query
-for engines that register the two Delta tables (delta-rs' DataFusion, DuckDB, Spark). The compaction
+for engines that register the two Delta tables (delta-rs' DataFusion; Spark SQL with the ``spark``
+dialect). The compaction
 that folds the changes into the snapshot is ``maintenance.fold_changes``; DESIGN.md section 13.
 """
 
