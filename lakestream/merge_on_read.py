@@ -69,7 +69,7 @@ def view_sql(
     Plain SQL (window functions, ``UNION ALL``, ``LEFT JOIN``): per column group, the row with the
     greatest (time, sequence) among those whose value is not null; ``columns`` is the column order of
     the result. ``ansi`` quotes identifiers with double quotes (DataFusion, as standard SQL does),
-    ``spark`` with backticks (Spark SQL, Databricks).
+    ``spark`` with backticks (Spark SQL).
     """
     check_sequenced(spec, seq)
     if dialect not in DIALECTS:
