@@ -149,9 +149,9 @@ def freshness_note(base: Path, path: Path) -> str:
         from sources.merge_on_read import MergeOnReadTable
 
         table = MergeOnReadTable(str(path), str(changes), SILVER_MOR_SCHEMA, SILVER_MOR_MERGE, CHANGE_SEQ)
-        rows, commits = pending_changes(table)
+        rows, files = pending_changes(table)
         name = changes.relative_to(base)
-        text += f"{'; ' if text else ''}{rows} change rows in {commits} commit(s) of {name} not folded"
+        text += f"{'; ' if text else ''}{rows} change rows in {files} file(s) of {name} not folded"
     return f"   ({text})" if text else ""
 
 

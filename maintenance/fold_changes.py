@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction
-from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from deltalake.exceptions import CommitFailedError
 
 from lakestream.freshness import FRESHNESS_KEY, latest_freshness, newest
 from lakestream.merge_on_read import in_arrival_order
@@ -30,8 +30,14 @@ from lakestream.merge_reduce import reduce_guarded
 from lakestream.merge_spec import quote_ident
 from lakestream.time_args import iso_utc
 from maintenance.facts import TableRef, now_ms
-from maintenance.rewrites import rewrite_lock
-from sources.merge_on_read import FOLD_APP, MergeOnReadTable, changes_above, folded_through
+from maintenance.rewrites import TableBusyError, rewrite_lock
+from sources.merge_on_read import (
+    FOLD_APP,
+    MergeOnReadTable,
+    changes_above,
+    folded_through,
+    open_snapshot_if_any,
+)
 
 log = logging.getLogger(__name__)
 
@@ -163,25 +169,31 @@ def trim_point(snapshot: DeltaTable, retention: timedelta) -> int | None:
 
 
 def trim_changes(table: MergeOnReadTable, *, retention: timedelta, max_attempts: int = 10) -> int:
-    """Delete the change rows a snapshot commit older than ``retention`` holds; rows deleted."""
+    """Delete the change rows a snapshot commit older than ``retention`` holds; rows deleted.
+
+    Under the changes table's maintenance lock, so an OPTIMIZE of it does not rewrite what is being
+    deleted; when another rewrite holds the lock, the next fold trims.
+    """
     changes = table.open_changes()
-    if changes is None:
-        return 0
-    try:
-        snapshot = DeltaTable(table.snapshot_uri, storage_options=dict(table.storage_options or {}) or None)
-    except TableNotFoundError:
+    snapshot = open_snapshot_if_any(table)
+    if changes is None or snapshot is None:
         return 0
     point = trim_point(snapshot, retention)
     if point is None or not _has_rows_through(changes, table.seq, point):
         return 0
-    for attempt in range(max_attempts):
-        try:
-            metrics = changes.delete(f"{quote_ident(table.seq)} <= {point}")
-            return int(metrics.get("num_deleted_rows", 0))
-        except CommitFailedError as exc:  # the job appended meanwhile
-            log.info("%s: trim attempt %d conflicted (%s)", table.changes_uri, attempt, exc)
-            time.sleep(min(2.0, 0.05 * 2**attempt))
-            changes.update_incremental()
+    try:
+        with rewrite_lock(TableRef(table.changes_uri, table.changes_uri), "trim folded changes", wait_s=5.0):
+            for attempt in range(max_attempts):
+                try:
+                    changes.update_incremental()
+                    metrics = changes.delete(f"{quote_ident(table.seq)} <= {point}")
+                    return int(metrics.get("num_deleted_rows", 0))
+                except CommitFailedError as exc:  # the job appended meanwhile
+                    log.info("%s: trim attempt %d conflicted (%s)", table.changes_uri, attempt, exc)
+                    time.sleep(min(2.0, 0.05 * 2**attempt))
+    except TableBusyError as exc:
+        log.info("%s: %s; the next fold trims", table.changes_uri, exc)
+        return 0
     log.warning("%s: trim conflicted %d times; the next fold tries again", table.changes_uri, max_attempts)
     return 0
 
@@ -199,15 +211,13 @@ def _has_rows_through(changes: DeltaTable, seq: str, point: int) -> bool:
 
 
 def pending_changes(table: MergeOnReadTable) -> tuple[int, int]:
-    """(change rows, commits) above the snapshot's fold point, from the changes table's file statistics."""
+    """(change rows, data files) above the snapshot's fold point, from the changes table's file statistics
+    (each commit adds one file; an OPTIMIZE of the changes table merges them)."""
     changes = table.open_changes()
     if changes is None:
         return 0, 0
-    try:
-        snapshot = DeltaTable(table.snapshot_uri, storage_options=dict(table.storage_options or {}) or None)
-        through = folded_through(snapshot)
-    except TableNotFoundError:
-        through = None
+    snapshot = open_snapshot_if_any(table)
+    through = None if snapshot is None else folded_through(snapshot)
     actions = pa.table(changes.get_add_actions(flatten=True))
     if actions.num_rows == 0:
         return 0, 0

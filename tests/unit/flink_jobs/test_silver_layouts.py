@@ -100,7 +100,7 @@ def test_maintain_fold_folds_and_tables_shows_what_is_left(
         monkeypatch.setenv(key, value)
     write_silver(tmp_path, "merge_on_read", CHECKPOINTS[:2])
     assert cli.main(["tables"]) == 0
-    assert "3 change rows in 2 commit(s) of silver/orders_changes not folded" in capsys.readouterr().out
+    assert "3 change rows in 2 file(s) of silver/orders_changes not folded" in capsys.readouterr().out
     assert cli.main(["maintain", "fold"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("fold: 3 change rows (2 orders) into ")
@@ -108,7 +108,7 @@ def test_maintain_fold_folds_and_tables_shows_what_is_left(
     assert cli.main(["tables"]) == 0
     listing = capsys.readouterr().out
     line = next(x for x in listing.splitlines() if x.split()[0] == SILVER_TABLE)
-    assert "changes folded through" in line and "2 change rows in 1 commit(s)" in line
+    assert "changes folded through" in line and "2 change rows in 1 file(s)" in line
     before = query_json(monkeypatch, capsys)
     assert cli.main(["maintain", "fold"]) == 0
     capsys.readouterr()
