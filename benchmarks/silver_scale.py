@@ -314,6 +314,11 @@ def summarize(
         "fold_rows_median": pct([f.change_rows for f in folds], 50),
         "fold_files_median": pct([f.files_rewritten for f in folds], 50),
         **(extra or {}),
+        "per_checkpoint": [
+            {**asdict(r), "commit_s": r.commit_s, "lateness_s": r.lateness, "visibility_s": r.visibility}
+            for r in records
+        ],
+        "per_fold": [asdict(f) for f in folds],
     }
 
 

@@ -127,6 +127,18 @@ def test_summary_and_markdown() -> None:
     assert s["worst_event_to_visible_p99_s"] == pytest.approx(10.99)
     assert (s["folds"], s["fold_median_s"], s["fold_rows_median"], s["lateness_end_s"]) == (2, 5.0, 2000, 0.0)
     assert s["backlog_growing"] is False and s["ok"] is True
+    assert s["per_checkpoint"][1] == {
+        "n": 2,
+        "barrier": 20.0,
+        "start": 20.0,
+        "end": 21.0,
+        "prepare_s": 0.1,
+        "rows": 100,
+        "commit_s": 1.0,
+        "lateness_s": 0.0,
+        "visibility_s": 1.0,
+    }
+    assert [f["start"] for f in s["per_fold"]] == [60.0, 120.0]
     cow = summarize("cow", 4_000_000, [], [], interval_s=10.0, extra={"capped": True})
     md = markdown([s, cow]).splitlines()
     assert len(md) == 4 and md[0].count("|") == md[1].count("|") == md[2].count("|") == 13
