@@ -7,7 +7,7 @@ STAMPS := .lakestream/stamps
 CHROMIUM ?= chromium
 JAVA_SOURCES := $(shell find jvm/src -name '*.java' 2>/dev/null)
 
-.PHONY: demo test unit lint typecheck bootstrap venv jvm jvm-test tools browser bench profile clean
+.PHONY: demo test unit lint typecheck bootstrap venv jvm jvm-test tools browser bench bench-silver profile clean
 
 demo: bootstrap
 	$(VPY) -m flink_jobs demo
@@ -68,6 +68,12 @@ bench: bootstrap
 	$(VPY) -m pip install -q -c requirements-lock.txt -e '.[bench]'
 	mvn -q -B -f jvm/pom.xml -Pspark-bench package -DskipTests
 	$(VPY) -m benchmarks $(BENCH_ARGS)
+
+# Silver at production size (issue 17): the silver sink alone, no Flink/Kafka, copy-on-write MERGE vs
+# merge-on-read changes + fold per table size (benchmarks/silver_scale.py); BENCH_ARGS e.g.
+# --orders 1000000,4000000 --minutes 3 --cow-checkpoints 5. Results in .lakestream/bench-silver/.
+bench-silver: bootstrap
+	$(VPY) -m benchmarks.silver_scale $(BENCH_ARGS)
 
 # Where the bounded ingest spends its time: py-spy on every Python worker, CPU per process kind
 # (benchmarks/profile.py; summary and raw stacks in .lakestream/bench/profile/).

@@ -43,11 +43,21 @@ def expected_orders(events: list[SourceEvent]) -> int:
     )
 
 
-def make_events(n: int, *, seed: int = 7) -> list[SourceEvent]:
-    """About ``n`` seeded messy events (the generator makes ~6 per order plus duplicates/malformed)."""
-    probe = generate(SampleSettings(orders=200, seed=seed))
-    per_order = len(probe) / 200
-    events = generate(SampleSettings(orders=max(1, int(n / per_order)), seed=seed))
+def make_events(
+    n: int, *, seed: int = 7, order_ids: str = "sequential", update_share: float = 0.0
+) -> list[SourceEvent]:
+    """About ``n`` seeded messy events (the generator makes ~6 per order plus duplicates/malformed).
+
+    ``order_ids="random"`` gives 32-hex-char ids instead of sequential ones, and ``update_share`` makes
+    that share of the events updates of earlier orders chosen uniformly (issue 17's production shape:
+    every checkpoint's keys spread over the whole silver table); the defaults keep the old stream.
+    """
+
+    def shaped(orders: int) -> SampleSettings:
+        return SampleSettings(orders=orders, seed=seed, order_ids=order_ids, update_share=update_share)
+
+    per_order = len(generate(shaped(200))) / 200
+    events = generate(shaped(max(1, int(n / per_order))))
     return events[:n] if len(events) > n else events
 
 

@@ -9,6 +9,7 @@ from which the tests' oracle derives the expected silver table.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from dataclasses import dataclass, field
@@ -39,6 +40,8 @@ class SourceEvent:
     duplicate: bool = False
     malformed: bool = False
     late: bool = False
+    #: An update of an order created earlier in the stream (``SampleSettings.update_share``).
+    revisit: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,10 +58,61 @@ class SampleSettings:
     malformed_ratio: float = 0.01
     behaviour_per_order: int = 1
     seed: int = 7
+    #: "sequential" (100000, 100001, ...) or "random" (32-hex-char hashes: keys spread over a table's
+    #: files as production ids do, so a MERGE of any checkpoint touches most of them).
+    order_ids: str = "sequential"
+    #: Share of the events (before duplicates and malformed ones are added) that are updates of an
+    #: order chosen uniformly among those created before; 0 keeps the stream of earlier releases.
+    update_share: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.order_ids not in ("sequential", "random"):
+            raise ValueError(f"order_ids must be 'sequential' or 'random', got {self.order_ids!r}")
+        if not 0.0 <= self.update_share < 1.0:
+            raise ValueError(f"update_share must be in [0, 1), got {self.update_share}")
 
 
 def _local(ts: datetime, zone: str) -> str:
     return ts.astimezone(ZoneInfo(zone)).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _db_event(
+    oid: str,
+    uid: str,
+    amount: Decimal,
+    op: str,
+    status: str,
+    addr: str | None,
+    at: datetime,
+    s: SampleSettings,
+    *,
+    revisit: bool = False,
+) -> SourceEvent:
+    """One orders_db change event (c/u/d) and what it sets."""
+    payload = {
+        "op": op,
+        "order_id": oid,
+        "user_id": uid,
+        "amount": str(amount),
+        "status": status,
+        "address": addr,
+        "updated_at": _local(at, s.source_zone),
+    }
+    sets: dict[str, Any] = {"user_id": uid, "amount": amount, "status": status, "deleted": op == "d"}
+    if addr is not None:
+        sets["address"] = addr
+    if op == "c":
+        sets["created_time"] = at
+    return SourceEvent(
+        "orders_db", oid.encode(), json.dumps(payload).encode(), at, oid, sets, revisit=revisit
+    )
+
+
+def order_id(i: int, s: SampleSettings) -> str:
+    """The id of the i-th order: sequential digits, or a 32-hex-char hash of (seed, i)."""
+    if s.order_ids == "random":
+        return hashlib.blake2b(f"{s.seed}:{i}".encode(), digest_size=16).hexdigest()
+    return f"{100000 + i}"
 
 
 def _order_events(
@@ -71,21 +125,7 @@ def _order_events(
     address = rng.choice(ADDRESSES)
 
     def db(op: str, status: str, addr: str | None, at: datetime) -> SourceEvent:
-        payload = {
-            "op": op,
-            "order_id": oid,
-            "user_id": uid,
-            "amount": str(amount),
-            "status": status,
-            "address": addr,
-            "updated_at": _local(at, s.source_zone),
-        }
-        sets: dict[str, Any] = {"user_id": uid, "amount": amount, "status": status, "deleted": op == "d"}
-        if addr is not None:
-            sets["address"] = addr
-        if op == "c":
-            sets["created_time"] = at
-        return SourceEvent("orders_db", oid.encode(), json.dumps(payload).encode(), at, oid, sets)
+        return _db_event(oid, uid, amount, op, status, addr, at, s)
 
     events.append(db("c", "created", None if rng.random() < 0.3 else address, t))
     for _ in range(rng.randint(0, 2)):
@@ -128,11 +168,23 @@ def generate(settings: SampleSettings | None = None) -> list[SourceEvent]:
     s = settings or SampleSettings()
     rng = random.Random(s.seed)
     produced: list[SourceEvent] = []
+    created: list[SourceEvent] = []  # each order's create event (its id, user and amount)
+    owed = 0.0  # updates of earlier orders due, so that they are update_share of the events
     for i in range(s.orders):
         t0 = s.start + timedelta(seconds=i * 3)
-        produced.extend(
-            _order_events(f"{100000 + i}", f"U{rng.randint(1, max(2, s.orders // 4))}", t0, rng, s)
-        )
+        life = _order_events(order_id(i, s), f"U{rng.randint(1, max(2, s.orders // 4))}", t0, rng, s)
+        produced.extend(life)
+        if s.update_share > 0:
+            owed += len(life) * s.update_share / (1 - s.update_share)
+            while owed >= 1 and created:
+                owed -= 1
+                old = created[rng.randrange(len(created))]
+                assert old.order_id is not None
+                at = t0 + timedelta(seconds=rng.randint(0, 900))
+                status, addr = rng.choice(STATUSES), rng.choice(ADDRESSES)
+                uid, amount = old.sets["user_id"], old.sets["amount"]
+                produced.append(_db_event(old.order_id, uid, amount, "u", status, addr, at, s, revisit=True))
+            created.append(life[0])
     produced.sort(key=lambda e: e.event_time or s.start)
     # Out of order: shuffle inside small windows.
     arrival: list[SourceEvent] = []
