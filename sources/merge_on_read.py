@@ -126,12 +126,19 @@ def scan(
     if keys is not None:
         keep &= _may_hold(actions, *keys)
     fs = open_filesystem(dt.table_uri, storage_options)
+    wanted = None if keys is None else pa.array(keys[1], pa.string())
     parts = []
     for path in np.asarray(actions["path"].to_pylist(), dtype=object)[keep] if actions.num_rows else []:
         with fs.open_input_file(unquote(str(path))) as fh:
             pf = pq.ParquetFile(fh)
             present = [n for n in schema.names if n in pf.schema_arrow.names]
-            data = pf.read(columns=present, use_threads=False)
+            groups = None if keys is None else _groups_holding(pf, keys[0], wanted)
+            if groups == []:
+                continue
+            if groups is None:
+                data = pf.read(columns=present, use_threads=False)
+            else:
+                data = pf.read_row_groups(groups, columns=present, use_threads=False)
         # A column added to the table later (the sequence column) is null in older files.
         columns = [data[f.name] if f.name in present else pa.nulls(data.num_rows, f.type) for f in schema]
         parts.append(pa.table(columns, names=schema.names).cast(schema))
@@ -141,6 +148,21 @@ def scan(
     if keys is not None:
         rows = rows.filter(pc.is_in(rows[keys[0]], value_set=pa.array(keys[1], pa.string())))
     return rows
+
+
+def _groups_holding(pf: pq.ParquetFile, column: str, wanted: Any) -> list[int]:
+    """The row groups of ``pf`` whose ``column`` holds one of ``wanted``, from that column alone.
+
+    Key lookups: with random-looking keys every file's range covers every key, so the statistics
+    prune nothing, but reading one column first and the other columns only where a key is costs a
+    fraction of reading every column of every file.
+    """
+    out = []
+    for g in range(pf.metadata.num_row_groups):
+        values = pf.read_row_group(g, columns=[column], use_threads=False)[column]
+        if pc.any(pc.is_in(values, value_set=wanted)).as_py():
+            out.append(g)
+    return out
 
 
 def _may_hold(actions: pa.Table, column: str, values: list[str]) -> Any:
