@@ -69,7 +69,7 @@ bench: bootstrap
 	mvn -q -B -f jvm/pom.xml -Pspark-bench package -DskipTests
 	$(VPY) -m benchmarks $(BENCH_ARGS)
 
-# Silver at production size (issue 17): the silver sink alone, no Flink/Kafka, copy-on-write MERGE vs
+# Silver at production size: the silver sink alone, no Flink/Kafka, copy-on-write MERGE vs
 # merge-on-read changes + fold per table size (benchmarks/silver_scale.py); BENCH_ARGS e.g.
 # --orders 1000000,4000000 --minutes 3 --cow-checkpoints 5. Results in .lakestream/bench-silver/.
 bench-silver: bootstrap

@@ -1,4 +1,4 @@
-"""Silver at production size (issue 17): copy-on-write MERGE vs merge-on-read changes + fold, per table size.
+"""Silver at production size: copy-on-write MERGE vs merge-on-read changes + fold, per table size.
 
 A sink-level benchmark: no Flink, no Kafka. It drives ``sinks.writer.TwoPhaseDeltaWriter`` directly with
 the partial silver rows the job would hand it, on the job's wall-clock checkpoint schedule, so what it

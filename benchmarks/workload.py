@@ -49,7 +49,7 @@ def make_events(
     """About ``n`` seeded messy events (the generator makes ~6 per order plus duplicates/malformed).
 
     ``order_ids="random"`` gives 32-hex-char ids instead of sequential ones, and ``update_share`` makes
-    that share of the events updates of earlier orders chosen uniformly (issue 17's production shape:
+    that share of the events updates of earlier orders chosen uniformly (a production shape:
     every checkpoint's keys spread over the whole silver table); the defaults keep the old stream.
     """
 
