@@ -38,7 +38,7 @@ class TableSpec:
     merge: MergeSpec | None = None
     target_file_size: int = DEFAULT_TARGET_FILE_SIZE
     storage_options: dict[str, str] | None = None
-    #: Changes mode: the int64 column each commit stamps on its rows (its planned table version).
+    #: Changes mode: the int64 column each commit stamps on its rows (the table version it lands at).
     sequence_column: str | None = None
     #: Merge/changes mode: the event-time column whose greatest value each commit records as the table's
     #: freshness (``lakestream.freshness``), with its checkpoint.

@@ -5,7 +5,9 @@ Writer subtasks of tables in global commit mode (``DeltaSinkSpec(commit="global"
 through a ``CheckpointEpochOperator`` at parallelism 1 into ``GlobalCommitterFunction``, which drives one
 ``sinks.global_committer.GlobalCommitter`` per table on the markers: DATA collects, COMMIT(n) commits
 everything <= n, END_OF_INPUT (all inputs ended) commits the rest. No state, no recovery: the writer
-subtasks' OPEN resolves what a crashed attempt left (DESIGN.md section 3).
+subtasks' OPEN resolves what a crashed attempt left (DESIGN.md section 3). A table with a fold
+(``DeltaSinkSpec.fold``, merge-on-read silver) also gets its ``maintenance.fold_schedule.BackgroundFold``:
+told of every commit, and finished at END_OF_INPUT (DESIGN.md section 13).
 """
 
 from __future__ import annotations
