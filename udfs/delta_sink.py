@@ -86,40 +86,32 @@ class DeltaSinkSpec:
                     f"the schema lacks {', '.join(missing)}"
                 )
 
+    def table_options(self) -> dict[str, Any]:
+        """The keyword options ``TwoPhaseDeltaWriter`` and ``GlobalCommitter`` take for this table."""
+        return {
+            "table_uri": self.table_uri,
+            "app_prefix": self.app_prefix,
+            "schema": self.schema,
+            "mode": self.mode,
+            "partition_by": list(self.partition_by) or None,
+            "merge": self.merge,
+            "target_file_size": self.target_file_size,
+            "sequence_column": self.sequence_column,
+            "freshness_column": self.freshness_column,
+            **self.writer_options,
+        }
+
     def new_global_committer(self) -> Any:
         """A ``sinks.global_committer.GlobalCommitter`` of this table (commit='global'), not opened yet."""
         from sinks.global_committer import GlobalCommitter
 
-        return GlobalCommitter(
-            table_uri=self.table_uri,
-            app_prefix=self.app_prefix,
-            schema=self.schema,
-            mode=self.mode,
-            partition_by=list(self.partition_by) or None,
-            merge=self.merge,
-            target_file_size=self.target_file_size,
-            sequence_column=self.sequence_column,
-            freshness_column=self.freshness_column,
-            **self.writer_options,
-        )
+        return GlobalCommitter(**self.table_options())
 
     def new_writer(self) -> Any:
         """A ``sinks.writer.TwoPhaseDeltaWriter`` of this table, not opened yet (a sink task, a settle)."""
         from sinks.writer import TwoPhaseDeltaWriter
 
-        return TwoPhaseDeltaWriter(
-            table_uri=self.table_uri,
-            app_prefix=self.app_prefix,
-            schema=self.schema,
-            mode=self.mode,
-            partition_by=list(self.partition_by) or None,
-            merge=self.merge,
-            target_file_size=self.target_file_size,
-            sequence_column=self.sequence_column,
-            freshness_column=self.freshness_column,
-            commit_mode=self.commit,
-            **self.writer_options,
-        )
+        return TwoPhaseDeltaWriter(commit_mode=self.commit, **self.table_options())
 
 
 #: Flink gauge name -> ``sinks.writer_metrics.WriterMetrics`` attribute (``*_s`` exported in ms) of what
