@@ -44,6 +44,18 @@ ROCKSDB_METRICS = (
 )
 
 
+#: The JVM's own memory gauges (TaskManager metrics, bytes). In the local MiniCluster the JobManager and
+#: its TaskManagers share one JVM, so the first TaskManager's values are the whole process's.
+JVM_METRICS = {
+    "heap_used": "Status.JVM.Memory.Heap.Used",
+    "heap_committed": "Status.JVM.Memory.Heap.Committed",
+    "heap_max": "Status.JVM.Memory.Heap.Max",
+    "nonheap_used": "Status.JVM.Memory.NonHeap.Used",
+    "metaspace_used": "Status.JVM.Memory.Metaspace.Used",
+    "direct_used": "Status.JVM.Memory.Direct.MemoryUsed",
+}
+
+
 def free_port() -> int:
     """A TCP port free right now on the loopback interface (the MiniCluster binds it moments later)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -116,6 +128,16 @@ class FlinkRest:
         rows = self.get(f"/jobs/{job_id}/vertices/{vertex_id}/metrics?get={query}")
         return {r["id"]: _number(r.get("value")) for r in rows}
 
+    def jvm_memory(self) -> dict[str, float | None] | None:
+        """``JVM_METRICS`` of the first TaskManager (None when none is registered)."""
+        tms = self.get("/taskmanagers").get("taskmanagers", [])
+        if not tms:
+            return None
+        query = urllib.parse.quote(",".join(JVM_METRICS.values()), safe=",")
+        rows = self.get(f"/taskmanagers/{tms[0]['id']}/metrics?get={query}")
+        values = {r["id"]: _number(r.get("value")) for r in rows}
+        return {k: values.get(m) for k, m in JVM_METRICS.items()}
+
     def latest_checkpoint(self, job_id: str) -> dict[str, Any] | None:
         """The latest completed checkpoint's id, full state size and incremental size (bytes)."""
         latest = (self.get(f"/jobs/{job_id}/checkpoints").get("latest") or {}).get("completed")
@@ -133,8 +155,8 @@ class RestSampler:
     """Polls the running job's vertex metrics chosen by ``select`` every ``interval`` seconds.
 
     Each sample is ``{"t": seconds since t0, "epoch": wall clock s, "vertices": {vertex id: {metric id:
-    value}}}`` (plus the latest checkpoint when ``checkpoints``); ``vertices`` holds each vertex's name
-    and parallelism.
+    value}}}`` (plus the latest checkpoint when ``checkpoints``, the JVM's memory gauges when ``jvm``);
+    ``vertices`` holds each vertex's name and parallelism.
     Metric ids are listed again on every poll: operator and state-backend metrics appear only once the
     tasks run. Connection errors (the cluster not up yet, or gone) skip a poll.
     """
@@ -144,6 +166,7 @@ class RestSampler:
     interval: float = 1.0
     settle_s: float = 0.3
     checkpoints: bool = False
+    jvm: bool = False
     t0: float = field(default_factory=time.monotonic)
     samples: list[dict[str, Any]] = field(default_factory=list)
     vertices: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -186,6 +209,8 @@ class RestSampler:
             sample["vertices"][vid] = rest.metric_values(self.job_id, vid, sorted(chosen))
         if self.checkpoints:
             sample["checkpoint"] = rest.latest_checkpoint(self.job_id)
+        if self.jvm:
+            sample["jvm"] = rest.jvm_memory()
         return sample
 
     def _run(self) -> None:

@@ -11,9 +11,10 @@ Input: the seeded messy generator (all four sources, duplicates, late and malfor
 its event times continuing where the previous chunk's started orders ended, so event time moves forward
 and every chunk brings new keys. A background thread generates the next chunk while this one is sent.
 
-Measured: RSS per process kind (``benchmarks.procs``: client, Flink JVM, standardise / resolve / other
-Python workers) every few seconds; from Flink's REST API the de-dup operator's RocksDB native metrics
-(entries, live data, SST files, memtables, block cache) and the latest checkpoint's size; the
+Measured: RSS and PSS per process kind (``benchmarks.procs``: client, Flink JVM, standardise / resolve /
+other Python workers) every few seconds; from Flink's REST API the JVM's heap (used, committed), the
+de-dup operator's RocksDB native metrics (entries, live data, SST files, memtables, block cache) and
+the latest checkpoint's size; the
 RocksDB local directory (``state.backend.rocksdb.localdir``, a folder of the run) on disk. Without
 RocksDB state for the de-dup operator (the job keeps it elsewhere) those are reported as n/a.
 
@@ -21,7 +22,8 @@ Verdict rules (explicit in the result): fit a least-squares line to total RSS af
 ``dedup_ttl`` of steady input when the run is longer than that, else over the second half of the
 window; ``flat`` when its slope is below ``threshold_pct_per_min`` percent of that part's mean RSS per
 minute, else ``growing``. The part before is left out on purpose: it holds the JVM heap's warm-up and
-the state filling up to its TTL. Separately: peak total RSS under 3 GB (3 * 10**9 bytes).
+the state filling up to its TTL. Separately: peak total RSS under 3 GB (3 * 10**9 bytes), and the same
+check on the PSS total (RSS counts the libraries every Python worker maps once per worker).
 """
 
 from __future__ import annotations
@@ -211,6 +213,29 @@ def analyse(
     return out
 
 
+def pss_summary(
+    series: Sequence[tuple[float, Mapping[str, int]]], duration_s: float, *, limit_mib: float = LIMIT_MIB
+) -> dict[str, Any] | None:
+    """Peak PSS MiB per kind and of the total, the total at 25/50/75/100 %, and the 3 GB check on it."""
+    if not series:
+        return None
+    totals = [(t, sum(v.values()) / MIB) for t, v in series]
+    peak_total = max(v for _, v in totals)
+    kinds: dict[str, float] = {}
+    for _, per_kind in series:
+        for k, b in per_kind.items():
+            kinds[k] = max(kinds.get(k, 0.0), b / MIB)
+    return {
+        "peak_mib": round(peak_total, 1),
+        "peak_mib_by_kind": {k: round(b, 1) for k, b in sorted(kinds.items())},
+        "pss_mib_at": {
+            f"{int(q * 100)}%": (None if (v := at_fraction(totals, q, duration_s)) is None else round(v, 1))
+            for q in (0.25, 0.5, 0.75, 1.0)
+        },
+        "under_limit": peak_total < limit_mib,
+    }
+
+
 def _minutes(seconds: float) -> str:
     return f"{seconds / 60:g} min"
 
@@ -332,10 +357,13 @@ def timeline(
     *,
     dedup: Sequence[tuple[float, dict[str, Any] | None]] = (),
     local_dir: Sequence[tuple[float, int | None]] = (),
+    pss: Sequence[tuple[float, Mapping[str, int]]] = (),
+    jvm: Sequence[tuple[float, Mapping[str, float | None] | None]] = (),
     steps: int = 10,
     within_s: float = 60.0,
 ) -> list[dict[str, Any]]:
-    """Rows at 0, 1/steps, ..., 100 % of the window: RSS MiB per kind and total, de-dup state, local dir."""
+    """Rows at 0, 1/steps, ..., 100 % of the window: RSS MiB per kind and total, PSS total, JVM heap,
+    de-dup state, local dir (None where no sample of that kind lies within ``within_s``)."""
     rows = []
     for i in range(steps + 1):
         target = window_s * i / steps
@@ -349,6 +377,10 @@ def timeline(
             "rss_mib": {k: round(b / MIB, 1) for k, b in sorted(kinds.items())},
             "total_mib": round(sum(kinds.values()) / MIB, 1),
         }
+        p = nearest(pss, target, within=within_s)
+        row["pss_total_mib"] = round(sum(p[1].values()) / MIB, 1) if p else None
+        j = nearest(jvm, target, within=within_s)
+        row["jvm_heap"] = dict(j[1]) if j and j[1] else None
         d = nearest(dedup, target, within=within_s)
         row["dedup"] = d[1] if d else None
         ld = nearest(local_dir, target, within=within_s)
@@ -454,7 +486,7 @@ def run_memory(
 
         t0 = time.monotonic()
         rest = RestSampler(
-            port, select=lambda m: ".rocksdb" in m, interval=rest_every_s, checkpoints=True, t0=t0
+            port, select=lambda m: ".rocksdb" in m, interval=rest_every_s, checkpoints=True, jvm=True, t0=t0
         ).start()
         sampler = RssSampler(
             run.proc.pid,
@@ -462,6 +494,7 @@ def run_memory(
             classify_workers=True,
             expected=lambda: expected_workers(rest.vertices),
             t0=t0,
+            pss=True,
         ).start()
         local_dir: list[tuple[float, int | None]] = []
         prod = threading.Thread(target=produce, name="memory-producer", daemon=True)
@@ -521,7 +554,15 @@ def run_memory(
         (float(smp["t"]), dedup_state(smp["vertices"], local_dir_bytes=_at(local_dir, float(smp["t"]))))
         for smp in rest.samples
     ]
-    out["timeline"] = timeline(series, window, dedup=dedup_series, local_dir=local_dir)
+    jvm_series = [(float(smp["t"]), smp.get("jvm")) for smp in rest.samples]
+    out["timeline"] = timeline(
+        series, window, dedup=dedup_series, local_dir=local_dir, pss=sampler.pss_series, jvm=jvm_series
+    )
+    out["pss"] = pss_summary(sampler.pss_series, window)
+    out["jvm_heap_peak"] = {
+        k: max((v[k] or 0 for _, v in jvm_series if v and v.get(k) is not None), default=None)
+        for k in ("heap_used", "heap_committed", "nonheap_used", "direct_used")
+    }
     final = next((d for _, d in reversed(dedup_series) if d is not None), None)
     out["dedup"] = final  # None: no RocksDB metrics of a de-dup operator (reported as n/a)
     out["checkpoint"] = next(

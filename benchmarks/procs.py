@@ -145,7 +145,10 @@ class RssSampler:
     """Samples ``psutil`` RSS of ``pid`` and all its descendants every ``interval`` seconds, per kind.
 
     Keeps the peak per kind (and of the total) and a time series of the per-kind bytes, so growth over
-    a run is visible; ``t0`` (``time.monotonic()``) is where the series' time starts.
+    a run is visible; ``t0`` (``time.monotonic()``) is where the series' time starts. With ``pss`` it
+    also keeps a series of each kind's PSS (proportional set size, ``/proc/<pid>/smaps_rollup``): a
+    page shared by n processes counts 1/n in each, so the PSS total is what the tree costs the machine,
+    while the RSS total counts the shared libraries (pyarrow, numpy, Beam) once per Python worker.
     """
 
     pid: int
@@ -153,8 +156,10 @@ class RssSampler:
     classify_workers: bool = False
     expected: Callable[[], Mapping[str, int]] | None = None
     t0: float | None = None
+    pss: bool = False
     peak: dict[str, int] = field(default_factory=dict)
     series: list[tuple[float, dict[str, int]]] = field(default_factory=list)
+    pss_series: list[tuple[float, dict[str, int]]] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _classifier: WorkerClassifier | None = None
@@ -173,17 +178,24 @@ class RssSampler:
         return self.summary()
 
     def sample(self) -> dict[str, int]:
+        return self.sample_both()[0]
+
+    def sample_both(self) -> tuple[dict[str, int], dict[str, int]]:
+        """RSS and PSS bytes per kind (PSS empty unless ``pss``)."""
         import psutil
 
         try:
             root = psutil.Process(self.pid)
             procs = [root, *root.children(recursive=True)]
         except psutil.Error:
-            return {}
+            return {}, {}
         seen = []
+        pss: dict[int, int] = {}
         for p in procs:
             try:
                 seen.append((p.pid, p.name(), p.cmdline(), p.memory_info().rss))
+                if self.pss:
+                    pss[p.pid] = p.memory_full_info().pss
             except psutil.Error:
                 continue
         workers = [
@@ -198,21 +210,28 @@ class RssSampler:
                 known = {pid: k for pid, k in self._classifier.kinds.items() if pid in workers}
                 self._classifier.kinds.update(by_elimination(known, workers, self.expected()))
         kinds = self._classifier.kinds if self._classifier is not None else {}
-        return group_rss(
-            (process_kind(is_root=pid == self.pid, name=name, cmdline=cmd, worker_kind=kinds.get(pid)), rss)
-            for pid, name, cmd, rss in seen
+        kind_of = {
+            pid: process_kind(is_root=pid == self.pid, name=name, cmdline=cmd, worker_kind=kinds.get(pid))
+            for pid, name, cmd, _ in seen
+        }
+        return (
+            group_rss((kind_of[pid], rss) for pid, _, _, rss in seen),
+            group_rss((kind_of[pid], b) for pid, b in pss.items() if pid in kind_of),
         )
 
     def _run(self) -> None:
         t0 = self.t0 if self.t0 is not None else time.monotonic()
         while not self._stop.is_set():
-            now = self.sample()
+            now, pss = self.sample_both()
+            t = round(time.monotonic() - t0, 1)
+            if pss:
+                self.pss_series.append((t, pss))
             if now:
                 for k, v in now.items():
                     self.peak[k] = max(self.peak.get(k, 0), v)
                 total = sum(now.values())
                 self.peak["total"] = max(self.peak.get("total", 0), total)
-                self.series.append((round(time.monotonic() - t0, 1), now))
+                self.series.append((t, now))
             self._stop.wait(self.interval)
 
     def summary(self) -> dict[str, Any]:

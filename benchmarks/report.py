@@ -424,6 +424,17 @@ def _mib(x: Any) -> str:
     return "n/a" if x is None else f"{float(x) / (1024 * 1024):,.1f}"
 
 
+def _opt_mib(x: Any) -> str:
+    """A MiB figure already in MiB, or n/a."""
+    return "n/a" if x is None else f"{float(x):,.0f}"
+
+
+def _heap(h: dict[str, Any] | None) -> str:
+    if not h or h.get("heap_used") is None:
+        return "n/a"
+    return f"{_mib(h['heap_used'])} / {_mib(h.get('heap_committed'))}"
+
+
 def _per_entry(x: Any) -> str:
     return "n/a" if x is None else f"{float(x):,.0f} B"
 
@@ -463,9 +474,9 @@ def _memory_lines(m: dict[str, Any] | None) -> list[str]:
             "",
             "| % of run | min | "
             + " | ".join(f"{k} MiB" for k in kinds)
-            + " | total MiB | de-dup entries | RocksDB memory MiB | live data MiB | SST files MiB "
-            "| local dir MiB |",
-            "| " + " | ".join(["---"] * (len(kinds) + 8)) + " |",
+            + " | total MiB | total PSS MiB | JVM heap used / committed MiB | de-dup entries "
+            "| RocksDB memory MiB | live data MiB | SST files MiB | local dir MiB |",
+            "| " + " | ".join(["---"] * (len(kinds) + 10)) + " |",
         ]
         for r in rows:
             d = r.get("dedup")
@@ -474,7 +485,8 @@ def _memory_lines(m: dict[str, Any] | None) -> list[str]:
             lines.append(
                 f"| {r['pct']} % | {r['t_s'] / 60:.1f} | "
                 + " | ".join(f"{r['rss_mib'].get(k, 0):,.0f}" for k in kinds)
-                + f" | {r['total_mib']:,.0f} | {entries} | "
+                + f" | {r['total_mib']:,.0f} | {_opt_mib(r.get('pss_total_mib'))} "
+                f"| {_heap(r.get('jvm_heap'))} | {entries} | "
                 f"{_mib(b.get('memory'))} | {_mib(b.get('live_data'))} | {_mib(b.get('sst_files'))} | "
                 f"{_mib(r.get('local_dir_bytes'))} |"
             )
@@ -502,6 +514,25 @@ def _memory_lines(m: dict[str, Any] | None) -> list[str]:
                 else f"{_mib(m['local_dir_bytes'])} MiB"
             )
             + (f", latest checkpoint {_mib(ckpt.get('state_size'))} MiB full state." if ckpt else ".")
+        )
+    pss = m.get("pss")
+    if pss:
+        at_p = pss.get("pss_mib_at", {})
+        lines.append(
+            f"\nPSS (each shared page counted once across the tree, what the processes cost the machine): "
+            f"peak {pss['peak_mib']:,.0f} MiB (under 3 GB: **{'yes' if pss['under_limit'] else 'no'}**), "
+            "at 25/50/75/100 % "
+            + " / ".join(_opt_mib(at_p.get(q)) for q in ("25%", "50%", "75%", "100%"))
+            + " MiB; peak per kind "
+            + ", ".join(f"{k} {v:,.0f}" for k, v in pss.get("peak_mib_by_kind", {}).items())
+            + " MiB."
+        )
+    heap = m.get("jvm_heap_peak") or {}
+    if heap.get("heap_used") is not None:
+        lines.append(
+            f"\nFlink JVM (REST gauges): heap used at most {_mib(heap.get('heap_used'))} MiB of "
+            f"{_mib(heap.get('heap_committed'))} MiB committed at most; non-heap "
+            f"{_mib(heap.get('nonheap_used'))} MiB, direct buffers {_mib(heap.get('direct_used'))} MiB."
         )
     lines += [
         "",

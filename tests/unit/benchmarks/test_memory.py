@@ -183,9 +183,27 @@ def test_timeline_rows_at_10_percent_steps_per_kind() -> None:
     assert half["t_s"] == 300 and half["rss_mib"] == {"client": 180.0, "jvm": 900.0}
     assert half["total_mib"] == 1080.0
     assert half["dedup"] == {"entries": 3000} and half["local_dir_bytes"] == 300_000
+    assert half["pss_total_mib"] is None and half["jvm_heap"] is None  # not sampled
     # no REST sample within a minute of a row: n/a rather than a stale one
     far = memory.timeline(rss, 600, dedup=[(0.0, {"entries": 1})])
     assert far[0]["dedup"] == {"entries": 1} and far[-1]["dedup"] is None
+
+
+def test_pss_and_jvm_heap_in_the_timeline_and_the_pss_check() -> None:
+    mib = memory.MIB
+    rss = [(float(t), {"client": 180 * mib, "jvm": 1000 * mib}) for t in range(0, 601, 5)]
+    pss = [(float(t), {"client": 100 * mib, "jvm": (900 + t) * mib}) for t in range(0, 601, 5)]
+    jvm = [(float(t), {"heap_used": t * mib, "heap_committed": 512 * mib}) for t in range(0, 601, 15)]
+    rows = memory.timeline(rss, 600, pss=pss, jvm=jvm)
+    assert rows[5]["pss_total_mib"] == 1300.0
+    assert rows[5]["jvm_heap"] == {"heap_used": 300 * mib, "heap_committed": 512 * mib}
+    summary = memory.pss_summary(pss, 600)
+    assert summary is not None
+    assert summary["peak_mib"] == 1600.0 and summary["peak_mib_by_kind"] == {"client": 100.0, "jvm": 1500.0}
+    assert summary["pss_mib_at"]["50%"] == 1300.0 and summary["under_limit"] is True
+    over = memory.pss_summary([(0.0, {"jvm": 3000 * mib})], 600)
+    assert over is not None and over["under_limit"] is False  # 3,000 MiB > 3 * 10^9 bytes
+    assert memory.pss_summary([], 600) is None
 
 
 def test_chunks_bring_fresh_order_ids_everywhere_and_continue_in_event_time() -> None:
@@ -247,8 +265,21 @@ def test_report_has_a_memory_section_only_when_measured() -> None:
     text = "\n".join(report._memory_lines(m))
     assert "**flat**" in text and "185,000" in text and "Memory rules: flat if" in text
     assert "after the first dedup_ttl (2 min)" in text and "| **yes** |" in text
-    assert "| client MiB | jvm MiB | resolve workers MiB | total MiB | de-dup entries |" in text
-    assert "| 50 % | 5.0 | 180 | 650 | 400 | 1,230 | 150,000 |" in text
+    assert "| client MiB | jvm MiB | resolve workers MiB | total MiB | total PSS MiB |" in text
+    assert "| 50 % | 5.0 | 180 | 650 | 400 | 1,230 | n/a | n/a | 150,000 |" in text
+    assert "PSS (" not in text and "Flink JVM (REST gauges)" not in text  # not measured: not shown
+    pss = [(float(t), {"client": 100 * mib, "jvm": 600 * mib}) for t in range(0, 601, 5)]
+    jvm = [(float(t), {"heap_used": 200.0 * mib, "heap_committed": 400.0 * mib}) for t in range(0, 601, 15)]
+    measured = {
+        **m,
+        "timeline": memory.timeline(rss, 600, dedup=[(300.0, dedup)], pss=pss, jvm=jvm),
+        "pss": memory.pss_summary(pss, 600),
+        "jvm_heap_peak": {"heap_used": 200.0 * mib, "heap_committed": 400.0 * mib},
+    }
+    text = "\n".join(report._memory_lines(measured))
+    assert "| 50 % | 5.0 | 180 | 650 | 400 | 1,230 | 700 | 200.0 / 400.0 | 150,000 |" in text
+    assert "PSS (each shared page counted once" in text and "peak 700 MiB (under 3 GB: **yes**)" in text
+    assert "heap used at most 200.0 MiB of 400.0 MiB committed" in text
     assert "150,000 entries; per entry in memory 21 B" in text and "40 B in SST files" in text
     assert "20 B per entry" in text  # 3 MB checkpoint / 150,000 entries
     # The job without RocksDB de-dup state: n/a, and a results.json from before the TTL rule still renders.

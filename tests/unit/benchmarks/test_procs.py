@@ -130,3 +130,12 @@ def test_the_last_unclassified_workers_are_the_kind_still_short() -> None:
     assert procs.by_elimination({103: procs.STANDARDISE}, [103, 105, 106], expected) == {}
     assert procs.by_elimination({106: procs.RESOLVE}, [103, 105, 106, 107], expected) == {}
     assert procs.by_elimination({}, [], expected) == {}
+
+
+def test_pss_of_a_live_tree_is_sampled_beside_rss() -> None:
+    import os
+
+    rss, pss = procs.RssSampler(os.getpid(), pss=True).sample_both()
+    assert set(pss) == set(rss) and "client" in pss
+    assert 0 < pss["client"] <= rss["client"] * 1.01  # a share of each page, at most all of it
+    assert procs.RssSampler(os.getpid()).sample_both()[1] == {}  # off unless asked for
