@@ -403,33 +403,87 @@ def run_gold_compare(
     batch_rows: int | None,
 ) -> dict[str, Any]:
     """Bounded ingest with ``gold.enabled`` false and true, paired in each repetition (same data)."""
-    runs: dict[str, list[dict[str, Any]]] = {"off": [], "on": []}
+    out = run_variants(
+        work,
+        bootstrap,
+        wl,
+        {"off": {"LAKESTREAM__GOLD__ENABLED": "false"}, "on": {"LAKESTREAM__GOLD__ENABLED": "true"}},
+        repeat=repeat,
+        mode=mode,
+        sets=sets,
+        batch_rows=batch_rows,
+        label="gold",
+    )
+    for key in ("events_per_s", "sustained_events_per_s"):
+        med = out[key]
+        out[f"{key}_cost_pct"] = round(100 * (1 - med["on"] / med["off"]), 1) if med["off"] else None
+    return out
+
+
+def parse_variants(specs: list[str]) -> dict[str, dict[str, str]]:
+    """``--compare-env LABEL:KEY=VALUE`` entries as environment overrides per variant, in given order."""
+    out: dict[str, dict[str, str]] = {}
+    for spec in specs:
+        label, sep, assignment = spec.partition(":")
+        key, eq, value = assignment.partition("=")
+        if not (sep and eq and label and key.startswith("LAKESTREAM__")):
+            raise SystemExit(
+                f"--compare-env {spec!r}: expected LABEL:LAKESTREAM__SECTION__KEY=VALUE, e.g. "
+                "'heap512m:LAKESTREAM__FLINK__JVM_OPTIONS=[\"-Xmx512m\"]'"
+            )
+        out.setdefault(label, {})[key] = value
+    if len(out) < 2:
+        raise SystemExit("--compare-env: give at least two variants (labels) to compare")
+    return out
+
+
+def run_variants(
+    work: Path,
+    bootstrap: str,
+    wl: Workload,
+    variants: dict[str, dict[str, str]],
+    *,
+    repeat: int,
+    mode: str,
+    sets: list[str],
+    batch_rows: int | None,
+    label: str = "variant",
+) -> dict[str, Any]:
+    """Bounded ingest once per variant (environment overrides) in each repetition, same data: paired runs
+    on a noisy machine; medians of the rates and of each run's peak RSS per variant."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
     for rep in range(repeat):
-        for label, enabled in (("off", "false"), ("on", "true")):
+        for name, env_over in variants.items():
             r = run_ingest(
                 work,
                 bootstrap,
                 wl,
-                label=f"gold-{label}-{rep}",
+                label=f"{label}-{name}-{rep}",
                 mode=mode,
-                env_over={"LAKESTREAM__GOLD__ENABLED": enabled},
+                env_over=env_over,
                 sets=sets,
                 batch_rows=batch_rows,
                 sample_busy=True,
             )
-            runs[label].append(r)
+            runs[name].append(r)
             print(
-                f"  gold {label} #{rep}: {r.get('events_per_s')} events/s, sustained "
-                f"{r.get('sustained_events_per_s')} events/s, exactly once {r.get('exactly_once_ok')}"
+                f"  {label} {name} #{rep}: {r.get('events_per_s')} events/s, sustained "
+                f"{r.get('sustained_events_per_s')} events/s, peak RSS "
+                f"{(r.get('memory') or {}).get('peak_mib')} MiB, exactly once {r.get('exactly_once_ok')}"
                 + (f"\n    busy: {_busy_line(r['busy'])}" if "busy" in r else "")
                 + (f"\n{r['error']}" if "error" in r else ""),
                 flush=True,
             )
-    out: dict[str, Any] = {"runs": runs}
+    out: dict[str, Any] = {"variants": variants, "runs": runs}
     for key in ("events_per_s", "sustained_events_per_s"):
-        med = {k: statistics.median([r[key] for r in rs if r.get(key)] or [0]) for k, rs in runs.items()}
-        out[key] = med
-        out[f"{key}_cost_pct"] = round(100 * (1 - med["on"] / med["off"]), 1) if med["off"] else None
+        out[key] = {k: statistics.median([r[key] for r in rs if r.get(key)] or [0]) for k, rs in runs.items()}
+    out["peak_rss_mib"] = {
+        k: statistics.median(
+            [r["memory"]["peak_mib"] for r in rs if (r.get("memory") or {}).get("peak_mib")] or [0]
+        )
+        for k, rs in runs.items()
+    }
+    out["exactly_once_ok"] = {k: all(r.get("exactly_once_ok") for r in rs) for k, rs in runs.items()}
     return out
 
 
@@ -537,6 +591,14 @@ def main(argv: list[str] | None = None) -> int:
         help="only the speed layer's cost: bounded ingest with gold.enabled false vs true, paired per repeat",
     )
     p.add_argument(
+        "--compare-env",
+        action="append",
+        default=[],
+        metavar="LABEL:KEY=VALUE",
+        help="only a paired comparison of variants: bounded ingest per variant in each repeat, the variant "
+        "given as environment overrides (e.g. 'heap512m:LAKESTREAM__FLINK__JVM_OPTIONS=[\"-Xmx512m\"]')",
+    )
+    p.add_argument(
         "--gold-latency-seconds",
         type=float,
         default=0,
@@ -554,6 +616,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--serve-requests", type=int, default=200, help="requests per kind of range and run")
     p.add_argument("--serve-repeat", type=int, help="serving runs (fresh server each; default: --repeat)")
     a = p.parse_args(argv)
+    variants = parse_variants(a.compare_env) if a.compare_env else None
     if a.only == "serve":
         return _serve_only(a)
     try:
@@ -614,6 +677,24 @@ def main(argv: list[str] | None = None) -> int:
         topics = sorted(wl.per_topic)
         print(f"  {wl.events} events in {wl.produce_s}s (generated in {wl.generate_s}s)", flush=True)
 
+        if variants:
+            results["compare"] = run_variants(
+                work,
+                bootstrap,
+                wl,
+                variants,
+                repeat=a.repeat,
+                mode=modes[0],
+                sets=a.set,
+                batch_rows=a.batch_rows,
+            )
+            summary = {k: v for k, v in results["compare"].items() if k not in ("runs", "variants")}
+            print(f"  compared: {json.dumps(summary)}", flush=True)
+            out_dir.mkdir(parents=True, exist_ok=True)
+            (out_dir / "compare-results.json").write_text(
+                json.dumps(results, indent=2, default=str), encoding="utf-8"
+            )
+            return 0
         if a.gold_compare or a.gold_latency_seconds > 0:
             if a.gold_compare:
                 results["gold_compare"] = run_gold_compare(

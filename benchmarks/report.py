@@ -14,7 +14,8 @@ py-spy), copies the Spark connector jars (Maven profile `spark-bench`, `jvm/targ
 `python -m benchmarks` (`--events N`, `--skip-spark`, `--out DIR`, `--repeat`, `--modes process,thread`,
 `--set flink.key=value`, `--batch-rows`, `--latency-rate`, `--memory-minutes M --memory-rate R`,
 `--memory-ttl 2m` (default: the configured `dedup_ttl`), `--parallelisms 1,2`, `--project-parallelism 8`,
-`--steady-events N`;
+`--steady-events N`, `--gold-compare`, `--compare-env LABEL:LAKESTREAM__SECTION__KEY=VALUE` (only paired
+bounded runs of two or more variants);
 `make bench BENCH_ARGS='--events 100000'`). Everything runs on one local KRaft broker with the same
 seeded messy events; each lakestream and Spark run is its own process (own JVM), RSS sampled over its
 process tree. Full results: `.lakestream/bench/results.json`.

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from benchmarks import report
 
 
@@ -84,3 +86,27 @@ def test_scaling_lines_render_rates_vertices_projection_and_rules() -> None:
     assert "Kafka caps it: the input has 8 partitions; at 8 source readers 6 get work" in text
     assert "Busy ratio of a subtask" in text and "10 % of bronze's rows" in text
     assert report._scaling_lines({"summary": {}, "settings": {"modes": ["process"]}}, None) == []
+
+
+def test_compare_env_variants_are_grouped_by_label_and_checked() -> None:
+    from benchmarks.__main__ import parse_variants
+
+    v = parse_variants(
+        [
+            'heap1g:LAKESTREAM__FLINK__JVM_OPTIONS=["-Xmx1g"]',
+            'heap512m:LAKESTREAM__FLINK__JVM_OPTIONS=["-Xmx512m"]',
+            "heap512m:LAKESTREAM__GOLD__ENABLED=false",
+        ]
+    )
+    assert list(v) == ["heap1g", "heap512m"]
+    assert v["heap512m"] == {
+        "LAKESTREAM__FLINK__JVM_OPTIONS": '["-Xmx512m"]',
+        "LAKESTREAM__GOLD__ENABLED": "false",
+    }
+    for bad in (
+        ["x=1", "y:LAKESTREAM__A__B=2"],
+        ["a:FOO=1", "b:LAKESTREAM__A__B=2"],
+        ["a:LAKESTREAM__A__B=1"],
+    ):
+        with pytest.raises(SystemExit):
+            parse_variants(bad)
