@@ -1,5 +1,7 @@
 package io.lakestream.flink;
 
+import java.math.BigDecimal;
+
 import org.apache.flink.api.common.state.ListState;
 import org.apache.flink.api.common.state.ListStateDescriptor;
 import org.apache.flink.api.common.typeinfo.TypeInformation;
@@ -47,7 +49,7 @@ public class GoldLatenessGate extends AbstractStreamOperator<Row> implements One
     /** Positions in an {@link #eventType()} row. */
     public static final int EVENT_TIME = 0;
     public static final int KIND = 1;
-    public static final int AMOUNT_FEN = 2;
+    public static final int AMOUNT = 2;
     public static final int ORDER_ID = 3;
     public static final int USER_ID = 4;
 
@@ -118,11 +120,16 @@ public class GoldLatenessGate extends AbstractStreamOperator<Row> implements One
         return cut;
     }
 
-    /** One event: epoch-ms event time, gold kind, amount in fen (null: none), order id, user id. */
+    /**
+     * One event: epoch-ms event time, gold kind, amount in yuan with scale 2 (null: none), order id,
+     * user id. The amount is made here from the fen without arithmetic ({@code BigDecimal.valueOf(fen,
+     * 2)}); the Table API takes it as {@code DECIMAL(18, 2)} as is, where a division in SQL cost a
+     * {@code BigDecimal} long division per event.
+     */
     public static RowTypeInfo eventType() {
         return new RowTypeInfo(
-                new TypeInformation<?>[] {Types.LONG, Types.BYTE, Types.LONG, Types.STRING, Types.STRING},
-                new String[] {"event_time_ms", "kind", "amount_fen", "order_id", "user_id"});
+                new TypeInformation<?>[] {Types.LONG, Types.BYTE, Types.BIG_DEC, Types.STRING, Types.STRING},
+                new String[] {"event_time_ms", "kind", "amount", "order_id", "user_id"});
     }
 
     /** End of the window of an event at {@code eventTime} (epoch ms). */
@@ -172,7 +179,8 @@ public class GoldLatenessGate extends AbstractStreamOperator<Row> implements One
                 cutOff++;
                 continue;
             }
-            Long amount = amounts[k] == EventTimeGate.NO_AMOUNT ? null : amounts[k];
+            BigDecimal amount =
+                    amounts[k] == EventTimeGate.NO_AMOUNT ? null : BigDecimal.valueOf(amounts[k], 2);
             output.collect(new StreamRecord<>(Row.of(t, kinds[k], amount, orders[k], users[k]), t));
         }
         kept.inc(times.length - dropped - cutOff);

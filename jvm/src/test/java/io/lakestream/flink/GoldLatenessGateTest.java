@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.math.BigDecimal;
 import java.util.ArrayList;
 import java.util.List;
 
@@ -80,8 +81,9 @@ class GoldLatenessGateTest {
             h.processWatermark(new Watermark(7));
             List<StreamRecord<Row>> out = records(h);
             assertEquals(3, out.size());
-            assertEquals(Row.of(10 * W + 5, (byte) 0, 0L, "o0", "u0"), out.get(0).getValue());
-            assertEquals(Row.of(12 * W, (byte) 2, 200L, "o2", "u2"), out.get(1).getValue());
+            // amounts in yuan with scale 2 (BigDecimal.equals compares the scale too)
+            assertEquals(Row.of(10 * W + 5, (byte) 0, new BigDecimal("0.00"), "o0", "u0"), out.get(0).getValue());
+            assertEquals(Row.of(12 * W, (byte) 2, new BigDecimal("2.00"), "o2", "u2"), out.get(1).getValue());
             assertEquals(Row.of(10 * W + 7, (byte) 0, null, "o3", "u3"), out.get(2).getValue());
             assertEquals(10 * W + 5, out.get(0).getTimestamp());
             assertEquals(12 * W, out.get(1).getTimestamp());
