@@ -420,6 +420,11 @@ def run_gold_compare(
     return out
 
 
+def _peak_total(run: dict[str, Any]) -> float | None:
+    peak = (run.get("memory") or {}).get("peak_mib")
+    return peak.get("total") if isinstance(peak, dict) else peak
+
+
 def parse_variants(specs: list[str]) -> dict[str, dict[str, str]]:
     """``--compare-env LABEL:KEY=VALUE`` entries as environment overrides per variant, in given order."""
     out: dict[str, dict[str, str]] = {}
@@ -469,7 +474,7 @@ def run_variants(
             print(
                 f"  {label} {name} #{rep}: {r.get('events_per_s')} events/s, sustained "
                 f"{r.get('sustained_events_per_s')} events/s, peak RSS "
-                f"{(r.get('memory') or {}).get('peak_mib')} MiB, exactly once {r.get('exactly_once_ok')}"
+                f"{_peak_total(r)} MiB, exactly once {r.get('exactly_once_ok')}"
                 + (f"\n    busy: {_busy_line(r['busy'])}" if "busy" in r else "")
                 + (f"\n{r['error']}" if "error" in r else ""),
                 flush=True,
@@ -477,11 +482,9 @@ def run_variants(
     out: dict[str, Any] = {"variants": variants, "runs": runs}
     for key in ("events_per_s", "sustained_events_per_s"):
         out[key] = {k: statistics.median([r[key] for r in rs if r.get(key)] or [0]) for k, rs in runs.items()}
+    # a run's memory summary is peak MiB per process kind and of the whole tree ("total")
     out["peak_rss_mib"] = {
-        k: statistics.median(
-            [r["memory"]["peak_mib"] for r in rs if (r.get("memory") or {}).get("peak_mib")] or [0]
-        )
-        for k, rs in runs.items()
+        k: statistics.median([t for r in rs if (t := _peak_total(r))] or [0]) for k, rs in runs.items()
     }
     out["exactly_once_ok"] = {k: all(r.get("exactly_once_ok") for r in rs) for k, rs in runs.items()}
     return out
