@@ -176,7 +176,7 @@ class FlinkConfig:
     #: record handling itself, while the Python workers wait for CPU (README, performance). A 1 GiB heap:
     #: without a cap G1 grew the heap to 2.8 GB for about 0.25 GB live over 40 minutes of ingest (state
     #: lives in RocksDB, off the heap).
-    jvm_options: tuple[str, ...] = ("-XX:TieredStopAtLevel=1", "-Xmx512m", "-XX:+UseSerialGC")
+    jvm_options: tuple[str, ...] = ("-XX:TieredStopAtLevel=1", "-Xmx1g")
     #: Port (or range) of Flink's Prometheus reporter in the local MiniCluster, scraped at
     #: ``http://127.0.0.1:PORT/metrics``; empty: no reporter. A cluster configures its own (README).
     prometheus_port: PortRange = PortRange("")
