@@ -13,7 +13,7 @@ demo: bootstrap
 	$(VPY) -m flink_jobs demo
 
 test: bootstrap browser lint typecheck jvm-test
-	$(VPY) -m pytest -q tests
+	$(VPY) -m pytest -q --durations=25 tests
 
 unit: bootstrap
 	$(VPY) -m pytest -q tests/unit
