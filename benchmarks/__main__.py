@@ -615,6 +615,7 @@ def main(argv: list[str] | None = None) -> int:
         default="all",
         help="serve: only the serving benchmark (lakestream serve's JSON latency, no Kafka or Spark)",
     )
+    p.add_argument("--skip-serve", action="store_true", help="leave out the serving benchmark")
     p.add_argument("--serve-days", type=int, default=365, help="days of 5-minute gold windows to serve")
     p.add_argument("--serve-requests", type=int, default=200, help="requests per kind of range and run")
     p.add_argument("--serve-repeat", type=int, help="serving runs (fresh server each; default: --repeat)")
@@ -869,7 +870,8 @@ def main(argv: list[str] | None = None) -> int:
 
         results["source_lag"] = source_lag.measure(work)
         print(f"  delta source lag: {results['source_lag']}", flush=True)
-    results["serve"] = _serve_bench(a)
+    if not a.skip_serve:
+        results["serve"] = _serve_bench(a)
     results["total_s"] = round(time.monotonic() - t_all, 1)
     results["summary"] = report.summarize(results, spread)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -139,7 +139,8 @@ class FlinkRest:
         return {k: values.get(m) for k, m in JVM_METRICS.items()}
 
     def latest_checkpoint(self, job_id: str) -> dict[str, Any] | None:
-        """The latest completed checkpoint's id, full state size and incremental size (bytes)."""
+        """The latest completed checkpoint: id, full and incremental state size (bytes), when it was
+        triggered (epoch ms) and how long it took (ms)."""
         latest = (self.get(f"/jobs/{job_id}/checkpoints").get("latest") or {}).get("completed")
         if not latest:
             return None
@@ -147,6 +148,8 @@ class FlinkRest:
             "id": latest.get("id"),
             "state_size": latest.get("state_size"),
             "checkpointed_size": latest.get("checkpointed_size"),
+            "trigger_timestamp": latest.get("trigger_timestamp"),
+            "end_to_end_duration": latest.get("end_to_end_duration"),
         }
 
 

@@ -14,7 +14,8 @@ and every chunk brings new keys. A background thread generates the next chunk wh
 Measured: RSS and PSS per process kind (``benchmarks.procs``: client, Flink JVM, standardise / resolve /
 other Python workers) every few seconds; from Flink's REST API the JVM's heap (used, committed), the
 de-dup operator's RocksDB native metrics (entries, live data, SST files, memtables, block cache) and
-the latest checkpoint's size; the
+the latest checkpoint's size; each vertex's busy and back-pressured share per minute (which stage
+bounds the job, and from when); the
 RocksDB local directory (``state.backend.rocksdb.localdir``, a folder of the run) on disk. Without
 RocksDB state for the de-dup operator (the job keeps it elsewhere) those are reported as n/a.
 
@@ -433,7 +434,7 @@ def run_memory(
 
     ``ttl``: every state TTL of the job (``--memory-ttl``); None keeps the configured ones.
     """
-    from benchmarks import latency
+    from benchmarks import busy, latency
     from benchmarks.flink_rest import RestSampler, free_port, rest_settings, rocksdb_settings
     from benchmarks.procs import RssSampler, expected_workers
     from benchmarks.unbounded import unbounded_ingest
@@ -486,7 +487,12 @@ def run_memory(
 
         t0 = time.monotonic()
         rest = RestSampler(
-            port, select=lambda m: ".rocksdb" in m, interval=rest_every_s, checkpoints=True, jvm=True, t0=t0
+            port,
+            select=lambda m: ".rocksdb" in m or busy.selects(m),
+            interval=rest_every_s,
+            checkpoints=True,
+            jvm=True,
+            t0=t0,
         ).start()
         sampler = RssSampler(
             run.proc.pid,
@@ -521,6 +527,8 @@ def run_memory(
                     + ("n/a" if state is None else f"{state['entries']:,}"),
                     flush=True,
                 )
+                if minute := busy_between(rest.samples, rest.vertices, now_s - 60.0, now_s):
+                    print(f"      busy (last minute): {busy_line(minute)}", flush=True)
                 next_report += 60.0
         stop.set()
         prod.join(timeout=70)
@@ -550,6 +558,7 @@ def run_memory(
     out["peak_mib_by_kind"] = sampler.summary()["peak_mib"]
     out["workers_classified"] = sampler.summary()["workers_classified"]
     out["rest"] = rest.summary()
+    out["busy_per_minute"] = busy_per_minute(rest.samples, rest.vertices, window)
     dedup_series = [
         (float(smp["t"]), dedup_state(smp["vertices"], local_dir_bytes=_at(local_dir, float(smp["t"]))))
         for smp in rest.samples
@@ -573,6 +582,46 @@ def run_memory(
         analyse(samples, window, ttl_s=dedup_ttl.total_seconds(), threshold_pct_per_min=threshold_pct_per_min)
     )
     return out
+
+
+def busy_between(
+    samples: Sequence[Mapping[str, Any]], vertices: Mapping[str, Mapping[str, Any]], lo: float, hi: float
+) -> dict[str, dict[str, float]]:
+    """Per vertex name, between the polls at ``lo`` .. ``hi`` s: the busiest subtask's busy share and
+    the mean back-pressured share (``busy.vertex_busy``); empty with fewer than two polls there.
+
+    A stage that bounds the job shows busy near 1 with the stages before it back-pressured.
+    """
+    from benchmarks.busy import vertex_busy
+
+    inside = [i for i, s in enumerate(samples) if lo <= float(s["t"]) <= hi]
+    if len(inside) < 2:
+        return {}
+    return {
+        r["name"]: {"busy_max": r["busy_max"], "backpressured_mean": r["backpressured_mean"]}
+        for r in vertex_busy(samples, vertices, (inside[0], inside[-1]))
+        if "busy_max" in r
+    }
+
+
+def busy_per_minute(
+    samples: Sequence[Mapping[str, Any]], vertices: Mapping[str, Mapping[str, Any]], window: float
+) -> list[dict[str, Any]]:
+    """``busy_between`` for every whole wall-clock minute of the run: when a stage starts to bound it."""
+    minutes = (
+        (m + 1, busy_between(samples, vertices, m * 60.0, (m + 1) * 60.0)) for m in range(int(window // 60))
+    )
+    return [{"minute": m, "vertices": rows} for m, rows in minutes if rows]
+
+
+def busy_line(rows: Mapping[str, Mapping[str, float]]) -> str:
+    """``busy_between`` as one line, each vertex named by its first operator."""
+    from benchmarks.busy import operators
+
+    return "; ".join(
+        f"{operators(name)[0][:36]} busy {r['busy_max']:.2f} bp {r['backpressured_mean']:.2f}"
+        for name, r in rows.items()
+    )
 
 
 def _at(samples: Sequence[tuple[float, int | None]], t: float) -> int | None:

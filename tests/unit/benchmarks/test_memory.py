@@ -7,6 +7,7 @@ import json
 import sys
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -296,3 +297,23 @@ def test_ttl_overrides_cover_the_state_ttls_the_config_has() -> None:
     assert "LAKESTREAM__EVENT_TIME__DEDUP_TTL" in env
     cfg = load_config(None, environ=env)
     assert cfg.event_time.dedup_ttl.total_seconds() == 120
+
+
+def _poll(t: float, busy_ms: float, bp_ms: float, idle_ms: float) -> dict[str, Any]:
+    times = {"0.accumulateBusyTimeMs": busy_ms, "0.accumulateBackPressuredTimeMs": bp_ms}
+    return {"t": t, "vertices": {"v": {**times, "0.accumulateIdleTimeMs": idle_ms}}}
+
+
+def test_busy_per_minute_shows_when_a_stage_starts_to_bound_the_job() -> None:
+    from benchmarks.memory import busy_between, busy_line, busy_per_minute
+
+    vertices = {"v": {"name": "GlobalGroupAggregate[6] -> Calc[7]", "parallelism": 1}}
+    # minute 1: busy 15 of 60 s; minute 2: busy the whole minute
+    samples = [_poll(0, 0, 0, 0), _poll(60, 15_000, 0, 45_000), _poll(61, 16_000, 0, 45_000)]
+    samples.append(_poll(120, 75_000, 0, 45_000))
+    minutes = busy_per_minute(samples, vertices, 125.0)
+    assert [m["minute"] for m in minutes] == [1, 2]
+    assert minutes[0]["vertices"]["GlobalGroupAggregate[6] -> Calc[7]"]["busy_max"] == 0.25
+    assert minutes[1]["vertices"]["GlobalGroupAggregate[6] -> Calc[7]"]["busy_max"] == 1.0
+    assert busy_between(samples, vertices, 100.0, 130.0) == {}  # one poll only: no ratio
+    assert busy_line(minutes[1]["vertices"]) == "GlobalGroupAggregate[6] busy 1.00 bp 0.00"
