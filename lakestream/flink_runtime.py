@@ -37,6 +37,18 @@ MIN_JAVA = 17
 RUN_ID_PARAMETER = "lakestream.run-id"
 #: glibc arenas per process for the local JVM and its Python workers (``MALLOC_ARENA_MAX``).
 MALLOC_ARENAS = 2
+#: RocksDB table options for keyed state that is mostly looked up for keys it does not hold: the de-dup
+#: asks "seen?" for every event id and almost every answer is no, and so do the gold aggregate's
+#: distinct-value maps. Bloom filters answer such a miss without reading a data block; partitioned
+#: index and filter blocks let a lookup load only the small partitions it needs into the shared block
+#: cache of managed memory, instead of a file's whole index and filter. Without them the cache missed
+#: about as often as it hit once the state outgrew it, and the job fell behind 10,000 events/s after
+#: about five minutes (DESIGN.md section 2, benchmarks/RESULTS.md). Table options only: a checkpoint
+#: written without them restores; its files are read as they are, files written later get them.
+ROCKSDB_LOOKUP_SETTINGS = {
+    "state.backend.rocksdb.use-bloom-filter": "true",
+    "state.backend.rocksdb.memory.partitioned-index-filters": "true",
+}
 #: Flink's Prometheus reporter, shipped by the pyflink wheel as the plugin ``plugins/metrics-prometheus``.
 PROMETHEUS_FACTORY = "org.apache.flink.metrics.prometheus.PrometheusReporterFactory"
 PROMETHEUS_PLUGIN = "metrics-prometheus"
@@ -151,6 +163,8 @@ def flink_settings(
         # serialise what they get at once. Saved the copy of every Kafka record's Row (its byte arrays).
         "pipeline.object-reuse": "true",
     }
+    if backend == "rocksdb":
+        settings.update(ROCKSDB_LOOKUP_SETTINGS)
     if cfg.checkpoint_interval.total_seconds() > 0:
         settings["execution.checkpointing.interval"] = _ms(cfg.checkpoint_interval)
     # A MiniCluster's reporters come from this configuration; a cluster's from its own (README, metrics).

@@ -52,3 +52,34 @@ def test_no_java_names_the_fix_and_is_a_flink_runtime_error(
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(FlinkRuntimeError, match=r"`java` not found .*install a JDK 17\+"):
         require_java()
+
+
+@pytest.mark.parametrize(
+    ("configured", "job_default", "filters"),
+    [
+        ("default", "rocksdb", True),  # ingest
+        ("default", "hashmap", False),  # land, changefeed
+        ("rocksdb", "hashmap", True),
+        ("hashmap", "rocksdb", False),
+    ],
+)
+def test_rocksdb_state_gets_bloom_filters_and_partitioned_index_filters(
+    tmp_path: Path, configured: str, job_default: str, filters: bool
+) -> None:
+    from lakestream.config import FlinkConfig
+    from lakestream.flink_runtime import ROCKSDB_LOOKUP_SETTINGS, flink_settings
+
+    settings = flink_settings(
+        FlinkConfig(state_backend=configured),  # type: ignore[arg-type]
+        checkpoint_dir=str(tmp_path),
+        state_backend=job_default,
+    )
+    assert settings["state.backend.type"] == ("rocksdb" if filters else "hashmap")
+    got = {k: settings.get(k) for k in ROCKSDB_LOOKUP_SETTINGS}
+    if filters:
+        assert got == {
+            "state.backend.rocksdb.use-bloom-filter": "true",
+            "state.backend.rocksdb.memory.partitioned-index-filters": "true",
+        }
+    else:
+        assert got == dict.fromkeys(ROCKSDB_LOOKUP_SETTINGS)
