@@ -10,7 +10,6 @@ can only hold fewer events (DESIGN.md section 11.6: backfill them).
 
 from __future__ import annotations
 
-import subprocess
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -29,7 +28,7 @@ from tests.integration.test_gold_speed_layer import (
     produce,
     scenario,
 )
-from tests.support.ingest_job import start_unbounded, table_rows, wait_for
+from tests.support.ingest_job import old_tree, start_unbounded, table_rows, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -38,26 +37,10 @@ ROOT = Path(__file__).resolve().parents[2]
 BEFORE_SPEED_LAYER = "592855b"
 
 
-def _old_tree(dest: Path) -> Path:
-    """The old version's source tree and its jar, built like ``make jvm`` does."""
-    dest.mkdir()
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", BEFORE_SPEED_LAYER], capture_output=True, check=True
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
-    subprocess.run(
-        ["mvn", "-q", "-B", "-o", "-f", str(dest / "jvm" / "pom.xml"), "package", "-DskipTests"],
-        check=True,
-        capture_output=True,
-        timeout=600,
-    )
-    return dest
-
-
 def test_a_checkpoint_from_before_the_speed_layer_restores_into_the_new_graph(
     kafka: str, lakehouse: Path, tmp_path: Path
 ) -> None:
-    old = _old_tree(tmp_path / "old")
+    old = old_tree(BEFORE_SPEED_LAYER, tmp_path / "old")
     topics, env = gold_env(kafka, tmp_path, lakehouse)
     before = scenario(seed=5, minutes=15, late_ratio=0.0)
     after = scenario(seed=6, minutes=15, late_ratio=0.0, start=START + timedelta(minutes=30))

@@ -19,10 +19,12 @@ from deltalake import DeltaTable
 from kafka import KafkaProducer
 
 from devtools.processes import kill_group
-from tests.support.ingest_job import setup_topics, start_unbounded, table_rows, wait_for
+from tests.support.ingest_job import old_tree, setup_topics, start_unbounded, table_rows, wait_for
 
 pytestmark = pytest.mark.integration
 PAID_AT = 1717214400000  # 2024-06-01T04:00:00Z
+#: The last commit whose jobs ran RocksDB without bloom filters and partitioned index/filters.
+BEFORE_ROCKSDB_FILTERS = "940acce"
 
 
 def payment(i: int) -> bytes:
@@ -51,9 +53,15 @@ def counters(lakehouse: Path, name: str) -> int:
 
 
 def run_until(
-    env: dict[str, str], log: Path, lakehouse: Path, counts: dict[str, int], *, settle: float = 2.0
+    env: dict[str, str],
+    log: Path,
+    lakehouse: Path,
+    counts: dict[str, int],
+    *,
+    settle: float = 2.0,
+    cwd: Path | None = None,
 ) -> None:
-    proc = start_unbounded(env, log)
+    proc = start_unbounded(env, log) if cwd is None else start_unbounded(env, log, cwd=cwd)
     try:
         wait_for(lakehouse, counts, proc, log)
         time.sleep(settle)  # a few more checkpoints; the kill lands anywhere between them
@@ -81,12 +89,48 @@ def test_a_duplicate_across_kill_is_recognised(kafka: str, lakehouse: Path, tmp_
     assert counters(lakehouse, "silver_changes") == 21  # the re-delivery was applied once, not twice
     assert table_rows(lakehouse, "bronze/order_events") == 22  # bronze keeps both copies
     assert_silver(lakehouse, range(21))
-    assert_rocksdb_lookup_options(tmp_path / "checkpoints")
+    assert all(dedup_lookup_options(tmp_path / "checkpoints"))
 
 
-def assert_rocksdb_lookup_options(checkpoints: Path) -> None:
-    """The de-dup's RocksDB ran with bloom filters and partitioned index/filter blocks: its OPTIONS file,
-    part of every incremental checkpoint, says so (``flink_runtime.ROCKSDB_LOOKUP_SETTINGS``)."""
+def test_restores_at_another_parallelism_keep_the_dedup_state(
+    kafka: str, lakehouse: Path, tmp_path: Path
+) -> None:
+    topics, env = setup_topics(kafka, tmp_path, lakehouse, partitions=2)
+    log = tmp_path / "ingest.log"
+    send(kafka, topics["payments"], [payment(i) for i in range(12)])
+    run_until(env, log, lakehouse, {"silver/orders": 12, "bronze/order_events": 12})
+
+    send(kafka, topics["payments"], [payment(i) for i in (2, 7, 12)])  # two re-deliveries
+    run_until(
+        {**env, "LAKESTREAM__FLINK__PARALLELISM": "1"},
+        log,
+        lakehouse,
+        {"bronze/order_events": 15, "silver/orders": 13},
+    )
+
+    send(kafka, topics["payments"], [payment(i) for i in (5, 12, 13)])  # two more, one of them new above
+    run_until(env, log, lakehouse, {"bronze/order_events": 18, "silver/orders": 14})
+
+    assert log.read_text().count("resuming from checkpoint") == 2
+    assert counters(lakehouse, "events_duplicate") == 4
+    assert counters(lakehouse, "silver_changes") == 14
+    assert_silver(lakehouse, range(14))
+    bronze = DeltaTable(str(lakehouse / "bronze/order_events")).to_pyarrow_table()
+    coords = list(
+        zip(
+            bronze["topic"].to_pylist(),
+            bronze["partition"].to_pylist(),
+            bronze["offset"].to_pylist(),
+            strict=True,
+        )
+    )
+    assert len(coords) == len(set(coords)) == 18
+
+
+def dedup_lookup_options(checkpoints: Path) -> list[bool]:
+    """Per RocksDB OPTIONS file of the de-dup state under ``checkpoints`` (part of every incremental
+    checkpoint): did it run with bloom filters and partitioned index/filter blocks
+    (``flink_runtime.ROCKSDB_LOOKUP_SETTINGS``)?"""
     header = b'[TableOptions/BlockBasedTable "lakestream-dedup-ids"]'
     sections = [
         text.split(header, 1)[1].split(b"\n[", 1)[0]
@@ -96,7 +140,32 @@ def assert_rocksdb_lookup_options(checkpoints: Path) -> None:
         if header in text
     ]
     assert sections, f"no RocksDB OPTIONS of the de-dup state under {checkpoints}"
-    for options in sections:
-        assert b"filter_policy=bloomfilter:" in options
-        assert b"partition_filters=true" in options
-        assert b"index_type=kTwoLevelIndexSearch" in options
+    return [
+        b"filter_policy=bloomfilter:" in options
+        and b"partition_filters=true" in options
+        and b"index_type=kTwoLevelIndexSearch" in options
+        for options in sections
+    ]
+
+
+def test_a_checkpoint_without_the_rocksdb_filters_restores_with_them(
+    kafka: str, lakehouse: Path, tmp_path: Path
+) -> None:
+    """The RocksDB options are table options: the de-dup state the version before them checkpointed
+    restores, and its ids are still recognised (DESIGN.md section 2: no upgrade step)."""
+    old = old_tree(BEFORE_ROCKSDB_FILTERS, tmp_path / "old")
+    topics, env = setup_topics(kafka, tmp_path, lakehouse, partitions=2)
+    log = tmp_path / "ingest.log"
+    send(kafka, topics["payments"], [payment(i) for i in range(10)])
+    # The old tree first on the path of the client and of the Python workers the JVM starts.
+    run_until({**env, "PYTHONPATH": str(old)}, log, lakehouse, {"silver/orders": 10}, cwd=old)
+    assert not any(dedup_lookup_options(tmp_path / "checkpoints"))
+
+    send(kafka, topics["payments"], [payment(4), payment(10)])  # P4 again: its id is in the old state
+    run_until(env, log, lakehouse, {"silver/orders": 11, "bronze/order_events": 12})
+    assert log.read_text().count("resuming from checkpoint") == 1
+    assert counters(lakehouse, "events_duplicate") == 1
+    assert counters(lakehouse, "silver_changes") == 11
+    assert_silver(lakehouse, range(11))
+    newest = max((tmp_path / "checkpoints").rglob("chk-*"), key=lambda d: int(d.name.split("-")[1]))
+    assert all(dedup_lookup_options(newest))  # the state written since the restore has them

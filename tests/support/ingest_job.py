@@ -45,6 +45,23 @@ def setup_topics(
     return topics, env
 
 
+def old_tree(commit: str, dest: Path) -> Path:
+    """The source tree of ``commit`` (this repository's history) in ``dest``, its jar built like
+    ``make jvm`` does: an earlier version to take a checkpoint that the current one must restore."""
+    dest.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", commit], capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    subprocess.run(
+        ["mvn", "-q", "-B", "-o", "-f", str(dest / "jvm" / "pom.xml"), "package", "-DskipTests"],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    return dest
+
+
 def start_unbounded(env: dict[str, str], log: Path, *, cwd: Path = ROOT) -> subprocess.Popen[bytes]:
     """``lakestream ingest`` (unbounded) of the source tree ``cwd`` (default: this one)."""
     return subprocess.Popen(
