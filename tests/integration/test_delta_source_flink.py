@@ -142,9 +142,9 @@ FAILING_JOB = textwrap.dedent(
     class FailOnce:
         # Raises once (the marker file survives the restart), after `after` rows and once the sink has
         # committed data, so the restart restores a checkpoint taken mid-stream, not the empty start.
-        # Until that first commit it paces the stream (each Python operator has its own worker process,
-        # and the sink's may start seconds after this one): otherwise every row could pass before any
-        # commit and the failure would never fire.
+        # The source paces the stream (one file per 600 ms poll), so checkpoints complete while it
+        # flows. Pacing here instead (sleeping per row) held the checkpoint barriers behind the queued
+        # polls: no data commit until every row had passed, and the failure never fired.
         def __init__(self, marker, after, out):
             self.marker, self.after, self.out = marker, after, out
             self.seen, self.checked, self.ok = 0, 0.0, False
@@ -161,9 +161,7 @@ FAILING_JOB = textwrap.dedent(
             if not self.ok and time.time() - self.checked > 0.05:
                 self.checked = time.time()
                 self.ok = self.committed()
-            if not self.ok:
-                time.sleep(0.05)
-            elif self.seen >= self.after:
+            if self.ok and self.seen >= self.after:
                 with open(self.marker, "w") as fh:
                     fh.write(str(time.time()))
                 raise RuntimeError("injected failure after %d rows" % self.seen)
@@ -174,7 +172,7 @@ FAILING_JOB = textwrap.dedent(
                       restart_attempts=2, restart_delay=timedelta(seconds=1), bundle_size=1)
     env = build_env(cfg)
     opts = DeltaSourceOptions(mode="cdf", starting_version=0, max_files_per_trigger=1,
-                              poll_interval=timedelta(milliseconds=250))
+                              poll_interval=timedelta(milliseconds=600))
     schema = resolve_read_schema(src)
     rows = delta_source(env, src, opts, ticks=40, read_schema=schema, uid="it-source")
     rows = rows.map(FailOnce(marker, int(fail_after), out)).name("inject failure").uid("it-fail")
@@ -223,7 +221,9 @@ def latest_checkpoint(ckpt_root: Path) -> Path:
 def test_killed_changefeed_restarted_from_its_checkpoint_is_exact(tmp_path: Path, lakehouse: Path) -> None:
     src = lakehouse / "silver" / "orders"
     src.parent.mkdir(parents=True)
-    build_source(src)
+    # Long enough (one version per 300 ms poll) for commits to land while it flows: the kill must come
+    # mid-stream, after the first 100 rows are committed and before the last.
+    build_source(src, appends=40)
     out = lakehouse / "audit" / "orders"
     env = job_env(tmp_path, lakehouse)
     base = ["--table", "silver/orders", "--to", "delta:audit/orders", "--from-version", "0"]
