@@ -568,6 +568,14 @@ def main(argv: list[str] | None = None) -> int:
         "dedup_ttl (30m), so the run needs --memory-minutes above it to see expiry",
     )
     p.add_argument(
+        "--memory-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="configuration override of the memory-flat run's job, e.g. "
+        "LAKESTREAM__TABLES__SILVER_LAYOUT=merge_on_read (repeatable)",
+    )
+    p.add_argument(
         "--parallelisms",
         default="1,2",
         help="bounded ingest at each flink.parallelism (same data; the configured one is the main ingest "
@@ -621,6 +629,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--serve-repeat", type=int, help="serving runs (fresh server each; default: --repeat)")
     a = p.parse_args(argv)
     variants = parse_variants(a.compare_env) if a.compare_env else None
+    if bad := [kv for kv in a.memory_env if not kv.startswith("LAKESTREAM__") or "=" not in kv]:
+        p.error(f"--memory-env {bad[0]!r}: expected LAKESTREAM__SECTION__KEY=VALUE")
     if a.only == "serve":
         return _serve_only(a)
     try:
@@ -851,6 +861,7 @@ def main(argv: list[str] | None = None) -> int:
                 minutes=a.memory_minutes,
                 rate=a.memory_rate,
                 ttl=a.memory_ttl,
+                env=dict(kv.split("=", 1) for kv in a.memory_env),
                 checkpoint_interval=str(cfg.flink.checkpoint_interval.total_seconds()) + "s",
                 sets=a.set,
                 tree=trees[modes[0]],

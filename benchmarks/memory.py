@@ -421,6 +421,7 @@ def run_memory(
     minutes: float = 10,
     rate: int = 2000,
     ttl: str | None = None,
+    env: Mapping[str, str] | None = None,
     checkpoint_interval: str,
     sets: list[str],
     tree: Path,
@@ -432,7 +433,8 @@ def run_memory(
 ) -> dict[str, Any]:
     """Unbounded ingest at ``rate`` events/s for ``minutes``; RSS per kind, de-dup state, RocksDB on disk.
 
-    ``ttl``: every state TTL of the job (``--memory-ttl``); None keeps the configured ones.
+    ``ttl``: every state TTL of the job (``--memory-ttl``); None keeps the configured ones. ``env``:
+    more configuration overrides of the job (``--memory-env``), recorded in the result.
     """
     from benchmarks import busy, latency
     from benchmarks.flink_rest import RestSampler, free_port, rest_settings, rocksdb_settings
@@ -460,8 +462,9 @@ def run_memory(
         "sample_every_s": sample_every_s,
         "rest_every_s": rest_every_s,
         "rocksdb_localdir": str(localdir),
+        "env": dict(env or {}),
     }
-    env_over = {"LAKESTREAM__FLINK__CHECKPOINT_INTERVAL": checkpoint_interval, **ttls}
+    env_over = {"LAKESTREAM__FLINK__CHECKPOINT_INTERVAL": checkpoint_interval, **ttls, **(env or {})}
     run_sets = [*sets, *rest_settings(port), *rocksdb_settings(localdir)]
     with unbounded_ingest(
         work,
