@@ -631,6 +631,7 @@ def main(argv: list[str] | None = None) -> int:
     variants = parse_variants(a.compare_env) if a.compare_env else None
     if bad := [kv for kv in a.memory_env if not kv.startswith("LAKESTREAM__") or "=" not in kv]:
         p.error(f"--memory-env {bad[0]!r}: expected LAKESTREAM__SECTION__KEY=VALUE")
+    memory_env = dict(kv.split("=", 1) for kv in a.memory_env)
     if a.only == "serve":
         return _serve_only(a)
     try:
@@ -861,7 +862,7 @@ def main(argv: list[str] | None = None) -> int:
                 minutes=a.memory_minutes,
                 rate=a.memory_rate,
                 ttl=a.memory_ttl,
-                env=dict(kv.split("=", 1) for kv in a.memory_env),
+                env=memory_env,
                 checkpoint_interval=str(cfg.flink.checkpoint_interval.total_seconds()) + "s",
                 sets=a.set,
                 tree=trees[modes[0]],

@@ -32,7 +32,6 @@ from tests.support.ingest_job import old_tree, start_unbounded, table_rows, wait
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 #: The last commit before the speed layer changed the ingest graph.
 BEFORE_SPEED_LAYER = "592855b"
 

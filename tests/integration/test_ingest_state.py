@@ -19,7 +19,7 @@ from deltalake import DeltaTable
 from kafka import KafkaProducer
 
 from devtools.processes import kill_group
-from tests.support.ingest_job import old_tree, setup_topics, start_unbounded, table_rows, wait_for
+from tests.support.ingest_job import ROOT, old_tree, setup_topics, start_unbounded, table_rows, wait_for
 
 pytestmark = pytest.mark.integration
 PAID_AT = 1717214400000  # 2024-06-01T04:00:00Z
@@ -59,9 +59,9 @@ def run_until(
     counts: dict[str, int],
     *,
     settle: float = 2.0,
-    cwd: Path | None = None,
+    cwd: Path = ROOT,
 ) -> None:
-    proc = start_unbounded(env, log) if cwd is None else start_unbounded(env, log, cwd=cwd)
+    proc = start_unbounded(env, log, cwd=cwd)
     try:
         wait_for(lakehouse, counts, proc, log)
         time.sleep(settle)  # a few more checkpoints; the kill lands anywhere between them
