@@ -35,7 +35,8 @@ def paced_send(
 ) -> int:
     """Send ``rate`` messages/s for ``seconds`` in 10 ms slices; ``sent`` gets each send time (monotonic).
 
-    Stops early when ``messages`` runs out or ``stop`` is set; returns how many were sent.
+    Stops early when ``messages`` runs out or ``stop`` is set; returns how many were sent. A full
+    client queue (the broker acknowledging slower than the rate) makes it wait, not fail.
     """
     from confluent_kafka import Producer
 
@@ -51,10 +52,13 @@ def paced_send(
                 p.flush(60)
                 return i
             topic, key, value, partition = msg
-            if partition is None:
-                p.produce(topic, key=key, value=value)
-            else:
-                p.produce(topic, key=key, value=value, partition=partition)
+            extra = {} if partition is None else {"partition": partition}
+            while True:
+                try:
+                    p.produce(topic, key=key, value=value, **extra)
+                    break
+                except BufferError:  # the client's queue is full (a slow broker): wait for deliveries
+                    p.poll(0.1)
             if sent is not None:
                 sent.append(time.monotonic())
             i += 1
