@@ -7,9 +7,10 @@ so it has to last longer than one TTL; ``ttl`` (``--memory-ttl 2m``) sets every 
 short through the config's environment overrides, so expiry happens inside a run of minutes.
 
 Input: the seeded messy generator (all four sources, duplicates, late and malformed events) in chunks of
-``chunk_orders`` orders, each chunk with its own seed, its order ids shifted past the previous chunk's and
-its event times continuing where the previous chunk's started orders ended, so event time moves forward
-and every chunk brings new keys. A background thread generates the next chunk while this one is sent.
+``chunk_orders`` orders, each chunk with its own seed, its order ids (seven digits) shifted past the
+previous chunk's and its event times continuing where the previous chunk's started orders ended, so
+event time moves forward and every chunk brings new keys. A background thread generates the next chunk
+while this one is sent.
 
 Measured: RSS and PSS per process kind (``benchmarks.procs``: client, Flink JVM, standardise / resolve /
 other Python workers) every few seconds; from Flink's REST API the JVM's heap (used, committed), the
@@ -49,6 +50,12 @@ T = TypeVar("T")
 #: ``sample_events.generate`` starts order ``i`` at ``start + i * 3 s`` and names it ``100000 + i``.
 ORDER_SPACING = timedelta(seconds=3)
 FIRST_ORDER_ID = 100_000
+#: Chunk ids start at 1,000,000 so that every id has seven digits: as strings (silver's key) they then
+#: sort in the order the orders were created, like any fixed-width sequence. Ids that grow a digit mid-run
+#: (999999 -> 1000000) do not, and copy-on-write silver pays for that (README, "Silver at size").
+ID_OFFSET = 1_000_000 - FIRST_ORDER_ID
+#: The last seven-digit id: 9M orders, about 90 minutes at 10,000 events/s.
+LAST_ORDER_ID = 9_999_999
 #: A generated order id, optionally prefixed as in ``payId`` (P) and ``trackingNo`` (T), as a JSON string.
 _ID = re.compile(rb'"([PT]?)(1\d{5})"')
 
@@ -87,8 +94,14 @@ def chunk_messages(k: int, chunk_orders: int, topics: dict[str, str]) -> list[tu
     from devtools.sample_events import generate
 
     out: list[tuple[Message, str | None]] = []
+    offset = ID_OFFSET + k * chunk_orders
+    if FIRST_ORDER_ID + offset + chunk_orders - 1 > LAST_ORDER_ID:
+        raise ValueError(
+            f"chunk {k} of {chunk_orders} orders would need ids past {LAST_ORDER_ID:,} (eight digits): "
+            "run shorter or at a lower rate"
+        )
     for ev in generate(chunk_settings(k, chunk_orders)):
-        key, value, oid = shifted(ev, k * chunk_orders)
+        key, value, oid = shifted(ev, offset)
         out.append(((topics[ev.source], key, value, None), oid))
     return out
 

@@ -317,3 +317,13 @@ def test_busy_per_minute_shows_when_a_stage_starts_to_bound_the_job() -> None:
     assert minutes[1]["vertices"]["GlobalGroupAggregate[6] -> Calc[7]"]["busy_max"] == 1.0
     assert busy_between(samples, vertices, 100.0, 130.0) == {}  # one poll only: no ratio
     assert busy_line(minutes[1]["vertices"]) == "GlobalGroupAggregate[6] busy 1.00 bp 0.00"
+
+
+def test_chunk_ids_keep_seven_digits_so_string_order_is_creation_order() -> None:
+    topics = {s: f"t.{s}" for s in ("orders_db", "payments", "logistics", "behaviour")}
+    ids = [oid for k in (0, 1, 45) for _, oid in memory.chunk_messages(k, 300, topics) if oid]
+    assert all(len(oid) == 7 for oid in ids)
+    created = sorted({int(oid) for oid in ids})
+    assert sorted(map(str, created)) == [str(i) for i in created]
+    with pytest.raises(ValueError, match="eight digits"):
+        memory.chunk_messages(30_000, 300, topics)
