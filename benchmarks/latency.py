@@ -58,6 +58,9 @@ def paced_send(
                     p.produce(topic, key=key, value=value, **extra)
                     break
                 except BufferError:  # the client's queue is full (a slow broker): wait for deliveries
+                    if stop.is_set():
+                        p.flush(60)
+                        return i
                     p.poll(0.1)
             if sent is not None:
                 sent.append(time.monotonic())
