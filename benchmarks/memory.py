@@ -52,7 +52,7 @@ ORDER_SPACING = timedelta(seconds=3)
 FIRST_ORDER_ID = 100_000
 #: Chunk ids start at 1,000,000 so that every id has seven digits: as strings (silver's key) they then
 #: sort in the order the orders were created, like any fixed-width sequence. Ids that grow a digit mid-run
-#: (999999 -> 1000000) do not, and copy-on-write silver pays for that (README, "Silver at size").
+#: (999999 -> 1000000) do not, which changes what silver's key-range file pruning can skip mid-run.
 ID_OFFSET = 1_000_000 - FIRST_ORDER_ID
 #: The last seven-digit id: 9M orders, about 90 minutes at 10,000 events/s.
 LAST_ORDER_ID = 9_999_999
