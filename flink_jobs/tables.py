@@ -15,6 +15,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
 from maintenance.errors import MaintenanceError
+from maintenance.facts import table_folders
 from sources.delta_log import DeltaLog
 
 #: A version number or an RFC 3339 time.
@@ -26,11 +27,11 @@ class TimeTravelError(MaintenanceError):
 
 
 def find_tables(root: str | Path) -> list[Path]:
-    """Every folder under ``root`` that holds a ``_delta_log``, sorted by name."""
+    """Every table folder under ``root`` (``maintenance.facts.table_folders``), sorted by name."""
     base = Path(root)
     if not base.exists():
         return []
-    return sorted(p.parent for p in base.rglob("_delta_log") if p.is_dir())
+    return table_folders(base)
 
 
 def _parse_time(text: str) -> datetime:

@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from lakestream.config import Config, MaintenanceConfig
 from maintenance.errors import MaintenanceError
-from maintenance.facts import TableRef, last_checkpoint_version, now_ms, resolve_table
+from maintenance.facts import TableRef, last_checkpoint_version, now_ms, resolve_table, table_folders
 from maintenance.operations import checkpoint, cleanup, open_table, optimize, vacuum
 from sinks.retry_policy import RetryPolicy
 
@@ -133,7 +133,7 @@ def find_tables(root: str) -> list[str]:
     base = Path(root)
     if "://" in root or not base.is_dir():
         return []
-    return sorted(p.parent.relative_to(base).as_posix() for p in base.rglob("_delta_log") if p.is_dir())
+    return [p.relative_to(base).as_posix() for p in table_folders(base)]
 
 
 @dataclass

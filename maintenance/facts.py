@@ -53,6 +53,14 @@ def resolve_table(cfg: Config, name: str) -> TableRef:
     return TableRef(name, cfg.lakehouse.table_uri(name))
 
 
+def table_folders(base: Path) -> list[Path]:
+    """Every folder under ``base`` that holds a ``_delta_log``, sorted, except those inside another
+    table's folder (a fold's staging folder, ``maintenance.fold_changes``, while it runs)."""
+    found = sorted(p.parent for p in base.rglob("_delta_log") if p.is_dir())
+    tables = set(found)
+    return [t for t in found if not any(parent in tables for parent in t.parents)]
+
+
 def now_ms() -> int:
     """Wall clock in epoch milliseconds."""
     return int(time.time() * 1000)
