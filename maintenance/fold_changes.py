@@ -1,47 +1,72 @@
 """The compaction of a merge-on-read table: fold the changes table into the snapshot, exactly once.
 
-One fold reads the change rows above the snapshot's fold point, folds them per key in sequence order
-with the table's rule, and MERGEs them into the snapshot in one commit whose txn action
-(``FOLD_APP``) records the highest sequence folded: the next fold starts above it, so every change is
-folded once, also after a crash at any point (the MERGE commit is atomic). The MERGE rewrites only the
-snapshot files whose key range holds a folded key. Folds take the snapshot's maintenance lock (one
-rewrite of a table at a time, as OPTIMIZE does). Then changes that a snapshot commit older than
-``retention`` already holds are deleted from the changes table, so a reader whose snapshot version is
-up to ``retention`` old still finds every change above it. The freshness of the snapshot (what it
-holds) is written in each fold's commit metadata (``FRESHNESS_KEY``). DESIGN.md section 13.
+One fold reads the change rows above the snapshot's fold point and writes the current rows of their
+keys into the snapshot in one commit whose txn action (``FOLD_APP``) records the highest sequence
+folded: the next fold starts above it, so every change is folded once, also after a crash at any point
+(the commit is atomic). The clustered fold (``replace_cells``) keeps the snapshot's files sorted by
+key and disjoint: it rewrites only the key ranges (``maintenance.key_ranges``) the fold's keys fall in,
+so with keys that grow with time a fold costs about its own rows and the newest file. Where that does
+not apply (several key columns, no file statistics, a change data feed, overlapping files above
+``MAX_CELL_ROWS``) the fold MERGEs the changes, folded per key, instead. Folds take the snapshot's
+maintenance lock (one rewrite of a table at a time, as OPTIMIZE does). Then changes that a snapshot
+commit older than ``retention`` already holds are deleted from the changes table, so a reader whose
+snapshot version is up to ``retention`` old still finds every change above it. The freshness of the
+snapshot (what it holds) is written in each fold's commit metadata (``FRESHNESS_KEY``). DESIGN.md
+section 13.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta
+from functools import partial
 from typing import Any
+from urllib.parse import unquote
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, Transaction
+import pyarrow.fs as pafs
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError
+from deltalake.transaction import AddAction, RemoveAction
 
 from lakestream.freshness import FRESHNESS_KEY, latest_freshness, newest
-from lakestream.merge_on_read import in_arrival_order
+from lakestream.merge_on_read import current_rows, in_arrival_order
 from lakestream.merge_reduce import reduce_guarded
 from lakestream.merge_spec import quote_ident
 from lakestream.time_args import iso_utc
 from maintenance.facts import TableRef, now_ms
+from maintenance.key_ranges import Cell, KeyFile, cells, key_files, owners
 from maintenance.rewrites import TableBusyError, rewrite_lock
+from sources.delta_log import open_filesystem
 from sources.merge_on_read import (
     FOLD_APP,
     MergeOnReadTable,
     changes_above,
     folded_through,
     open_snapshot_if_any,
+    scan,
 )
 
 log = logging.getLogger(__name__)
 
 DEFAULT_RETENTION = timedelta(minutes=10)
+#: Rows per snapshot file a clustered fold writes: the newest keys' cell is rewritten by every fold, so
+#: its cost stays about this many rows plus the fold's own.
+FOLD_FILE_ROWS = 262_144
+#: A touched cell with more rows than this (files that overlap, e.g. a copy-on-write table switched to
+#: this layout) is folded by MERGE instead: the clustered fold holds one cell in memory.
+MAX_CELL_ROWS = 1_000_000
+#: The folder of the snapshot's table folder that a clustered fold writes its files to (they stay there;
+#: the staging table's log is deleted once the fold committed).
+STAGE_DIR = "fold"
+STAGE_LOG = f"{STAGE_DIR}/_delta_log"
 
 
 @dataclass(frozen=True)
@@ -55,6 +80,8 @@ class FoldResult:
     folded_through: int | None = None
     snapshot_version: int = -1
     files_rewritten: int = 0
+    #: Whether the fold replaced the touched key ranges (True) or MERGEd (False).
+    clustered: bool = False
     trimmed_rows: int = 0
     seconds: float = 0.0
 
@@ -65,6 +92,8 @@ def fold_once(
     retention: timedelta = DEFAULT_RETENTION,
     lock_wait_s: float = 600.0,
     max_attempts: int = 10,
+    file_rows: int = FOLD_FILE_ROWS,
+    max_cell_rows: int = MAX_CELL_ROWS,
 ) -> FoldResult:
     """Fold every change above the snapshot's fold point into it, then trim the changes table."""
     started = time.monotonic()
@@ -73,7 +102,15 @@ def fold_once(
         # The changes first, then the snapshot: a snapshot read later holds at least as much.
         changes = table.open_changes()
         snapshot = table.open_snapshot()
-        result = _fold(table, changes, snapshot, max_attempts=max_attempts)
+        clear_stage(table)
+        result = _fold(
+            table,
+            changes,
+            snapshot,
+            max_attempts=max_attempts,
+            file_rows=file_rows,
+            max_cell_rows=max_cell_rows,
+        )
     trimmed = trim_changes(table, retention=retention, max_attempts=max_attempts)
     out = replace(result, trimmed_rows=trimmed, seconds=time.monotonic() - started)
     if out.change_rows:
@@ -82,7 +119,13 @@ def fold_once(
 
 
 def _fold(
-    table: MergeOnReadTable, changes: DeltaTable | None, snapshot: DeltaTable, *, max_attempts: int
+    table: MergeOnReadTable,
+    changes: DeltaTable | None,
+    snapshot: DeltaTable,
+    *,
+    max_attempts: int,
+    file_rows: int,
+    max_cell_rows: int,
 ) -> FoldResult:
     for attempt in range(max_attempts):
         snapshot.update_incremental()
@@ -90,26 +133,15 @@ def _fold(
         rows = changes_above(changes, through, table)
         if rows.num_rows == 0:
             return FoldResult(folded_through=through, snapshot_version=snapshot.version())
-        source = reduce_guarded(in_arrival_order(table.schema.empty_table(), rows, table.seq), table.spec)
         new_through = int(pc.max(rows[table.seq]).as_py())
-        metadata = {FRESHNESS_KEY: freshness(table, snapshot, source, new_through, changes)}
-        props = CommitProperties(
-            app_transactions=[Transaction(FOLD_APP, new_through)], custom_metadata=metadata
-        )
+        plan = cell_plan(snapshot, table, rows, max_cell_rows=max_cell_rows)
+        props = partial(_commit_properties, table, snapshot, changes, new_through)
         try:
-            metrics = (
-                snapshot.merge(
-                    source,
-                    table.spec.merge_predicate("s", "t"),
-                    source_alias="s",
-                    target_alias="t",
-                    streamed_exec=False,  # derive the key-range file filter from the source (sinks.committer)
-                    commit_properties=props,
-                )
-                .when_matched_update(table.spec.update_expressions(table.schema, "s", "t"))
-                .when_not_matched_insert_all()
-                .execute()
-            )
+            if isinstance(plan, CellPlan):
+                rewritten, keys = replace_cells(table, snapshot, rows, plan, props, file_rows=file_rows)
+            else:
+                log.info("%s: fold by MERGE: %s", table.snapshot_uri, plan)
+                rewritten, keys = _merge(table, snapshot, rows, props)
         except CommitFailedError as exc:
             # Another writer (not a fold: those hold the lock) committed to the snapshot meanwhile.
             log.info("%s: fold attempt %d conflicted (%s)", table.snapshot_uri, attempt, exc)
@@ -118,12 +150,214 @@ def _fold(
         snapshot.update_incremental()
         return FoldResult(
             change_rows=rows.num_rows,
-            keys=source.num_rows,
+            keys=keys,
             folded_through=new_through,
             snapshot_version=snapshot.version(),
-            files_rewritten=int(metrics.get("num_target_files_removed", 0)),
+            files_rewritten=rewritten,
+            clustered=isinstance(plan, CellPlan),
         )
     raise CommitFailedError(f"{table.snapshot_uri}: the fold conflicted {max_attempts} times; run it again")
+
+
+def _commit_properties(
+    table: MergeOnReadTable,
+    snapshot: DeltaTable,
+    changes: DeltaTable | None,
+    through: int,
+    written: pa.Table,
+) -> CommitProperties:
+    """The fold commit's txn action (the new fold point) and freshness, ``written`` the rows it writes."""
+    metadata = {FRESHNESS_KEY: freshness(table, snapshot, written, through, changes)}
+    return CommitProperties(app_transactions=[Transaction(FOLD_APP, through)], custom_metadata=metadata)
+
+
+def _merge(
+    table: MergeOnReadTable,
+    snapshot: DeltaTable,
+    rows: pa.Table,
+    props: Callable[[pa.Table], CommitProperties],
+) -> tuple[int, int]:
+    """MERGE the change rows, folded per key, into the snapshot: (files rewritten, keys)."""
+    source = reduce_guarded(in_arrival_order(table.schema.empty_table(), rows, table.seq), table.spec)
+    metrics = (
+        snapshot.merge(
+            source,
+            table.spec.merge_predicate("s", "t"),
+            source_alias="s",
+            target_alias="t",
+            streamed_exec=False,  # derive the key-range file filter from the source (sinks.committer)
+            commit_properties=props(source),
+        )
+        .when_matched_update(table.spec.update_expressions(table.schema, "s", "t"))
+        .when_not_matched_insert_all()
+        .execute()
+    )
+    return int(metrics.get("num_target_files_removed", 0)), source.num_rows
+
+
+@dataclass(frozen=True)
+class CellPlan:
+    """A clustered fold: the snapshot's cells, the ones the change rows touch, and each row's cell."""
+
+    cells: list[Cell]
+    touched: list[int]
+    #: Per change row, the index of the cell owning its key (all zeros when there are no cells).
+    owner: npt.NDArray[np.int64]
+
+
+def cell_plan(
+    snapshot: DeltaTable, table: MergeOnReadTable, rows: pa.Table, *, max_cell_rows: int = MAX_CELL_ROWS
+) -> CellPlan | str:
+    """How to fold ``rows`` cell by cell, or why not (the fold MERGEs instead)."""
+    if len(table.spec.keys) != 1:
+        return f"the key has {len(table.spec.keys)} columns"
+    key = table.spec.keys[0]
+    kind = table.schema.field(key).type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_integer(kind)):
+        return f"the key column {key!r} is {kind}"
+    config = snapshot.metadata().configuration
+    if str(config.get("delta.enableChangeDataFeed", "false")).lower() == "true":
+        return "the snapshot has a change data feed (a MERGE writes its change files)"
+    keys = np.asarray(rows[key].to_numpy(zero_copy_only=False))
+    files = key_files(pa.table(snapshot.get_add_actions(flatten=True)), key)
+    if isinstance(files, str):
+        return f"the snapshot: {files}"
+    if not files:
+        return CellPlan([], [], np.zeros(len(keys), dtype=np.int64))
+    found = cells(files)
+    owner = owners(found, keys)
+    touched = sorted({int(i) for i in np.unique(owner)})
+    biggest = max(found[i].rows for i in touched)
+    if biggest > max_cell_rows:
+        return f"a touched key range holds {biggest:,} rows (above {max_cell_rows:,}: the files overlap)"
+    return CellPlan(found, touched, owner)
+
+
+def replace_cells(
+    table: MergeOnReadTable,
+    snapshot: DeltaTable,
+    rows: pa.Table,
+    plan: CellPlan,
+    props: Callable[[pa.Table], CommitProperties],
+    *,
+    file_rows: int = FOLD_FILE_ROWS,
+) -> tuple[int, int]:
+    """Rewrite the touched cells with their change rows folded in, in one commit: (files removed, keys).
+
+    Cell by cell (one in memory at a time): its files' rows and its change rows give the current rows
+    of its keys (``current_rows``, the read rule), sorted by key and cut into files of about
+    ``file_rows`` rows that stay inside the cell. The new files are written to the snapshot's
+    ``STAGE_DIR`` folder as a small Delta table, whose log gives their statistics; one commit then adds
+    them, removes the cells' old files and records the fold point, and the staging log is deleted.
+    """
+    key = table.spec.keys[0]
+    stage_uri = f"{table.snapshot_uri.rstrip('/')}/{STAGE_DIR}"
+    fs = open_filesystem(table.snapshot_uri, table.storage_options)
+    options = dict(table.storage_options or {}) or None
+    removed: list[KeyFile] = []
+    newest: list[pa.Table] = []
+    keys = 0
+    try:
+        for i in plan.touched or [0]:
+            mine = rows.filter(pa.array(plan.owner == i))
+            if plan.cells:
+                cell = plan.cells[i]
+                removed.extend(cell.files)
+                paths = [f.path for f in cell.files]
+                base = scan(snapshot, table.schema, storage_options=table.storage_options, paths=paths)
+            else:
+                base = table.schema.empty_table()
+            current = current_rows(base, mine, table.spec, table.seq)
+            current = current.take(pc.sort_indices(current, sort_keys=[(key, "ascending")]))
+            keys += current.num_rows
+            if table.event_time is not None:
+                newest.append(current.select([table.event_time]))
+            for part in _cut(current, file_rows):
+                write_deltalake(stage_uri, part, mode="append", storage_options=options)
+        adds = _staged_adds(fs)
+        now = now_ms()
+        removes = [RemoveAction(f.path, True, now, f.size, {}) for f in removed]
+        snapshot.create_write_transaction(
+            [*adds, *removes],
+            mode="append",
+            schema=snapshot.schema(),
+            commit_properties=props(pa.concat_tables(newest) if newest else pa.table({})),
+        )
+    except BaseException:
+        _abandon_stage(fs, snapshot)
+        raise
+    _delete(fs, STAGE_LOG)  # its files are the snapshot's now
+    return len(removed), keys
+
+
+def _abandon_stage(fs: pafs.FileSystem, snapshot: DeltaTable) -> None:
+    """After a failed attempt: delete the files it staged, unless the commit landed all the same (a
+    failure after the commit, in a post-commit hook), then the staging log."""
+    try:
+        staged = [a.path for a in _staged_adds(fs)]
+        snapshot.update_incremental()
+        live = set(pa.table(snapshot.get_add_actions(flatten=True))["path"].to_pylist())
+    except Exception as exc:  # noqa: BLE001 - what cannot be checked stays for VACUUM
+        log.warning("%s: left the staged files of a failed fold to VACUUM: %s", snapshot.table_uri, exc)
+        return
+    if not any(p in live for p in staged):
+        for path in staged:
+            _delete(fs, unquote(path), kind="file")
+    _delete(fs, STAGE_LOG)
+
+
+def _cut(rows: pa.Table, file_rows: int) -> list[pa.Table]:
+    """``rows`` in order, cut into parts of equal size of at most ``file_rows`` rows (one if empty)."""
+    parts = max(1, -(-rows.num_rows // max(1, file_rows)))
+    size = -(-rows.num_rows // parts)
+    return [rows.slice(k * size, size) for k in range(parts) if k * size < rows.num_rows]
+
+
+def _staged_adds(fs: pafs.FileSystem) -> list[AddAction]:
+    """The add actions of the staging table's log, with paths relative to the snapshot."""
+    out = []
+    entries = fs.get_file_info(pafs.FileSelector(STAGE_LOG, allow_not_found=True))
+    for info in sorted((e for e in entries if e.path.endswith(".json")), key=lambda e: e.path):
+        with fs.open_input_stream(info.path) as fh:
+            lines = fh.read().decode().splitlines()
+        for line in lines:
+            add = json.loads(line).get("add") if line.strip() else None
+            if add:
+                out.append(
+                    AddAction(
+                        path=f"{STAGE_DIR}/{add['path']}",
+                        size=int(add["size"]),
+                        partition_values={},
+                        modification_time=int(add["modificationTime"]),
+                        data_change=True,
+                        stats=add.get("stats") or "",
+                    )
+                )
+    return out
+
+
+def clear_stage(table: MergeOnReadTable) -> bool:
+    """Delete the staging log an interrupted fold left in the snapshot's folder; whether there was one.
+
+    Only the log: its files are either the snapshot's (the commit landed) or no table's (VACUUM removes
+    them). Run under the fold lock, so no fold is staging meanwhile.
+    """
+    fs = open_filesystem(table.snapshot_uri, table.storage_options)
+    if fs.get_file_info(STAGE_LOG).type != pafs.FileType.Directory:
+        return False
+    log.info("%s: deleting %s, left by an interrupted fold", table.snapshot_uri, STAGE_LOG)
+    _delete(fs, STAGE_LOG)
+    return True
+
+
+def _delete(fs: pafs.FileSystem, path: str, kind: str = "dir") -> None:
+    try:
+        if kind == "dir":
+            fs.delete_dir(path)
+        else:
+            fs.delete_file(path)
+    except (FileNotFoundError, OSError) as exc:
+        log.warning("could not delete %s (VACUUM removes what is left): %s", path, exc)
 
 
 def freshness(
@@ -142,7 +376,8 @@ def freshness(
     }
     if table.event_time is not None:
         previous = snapshot_freshness(snapshot).get("newest_event_time")
-        out["newest_event_time"] = newest(pc.max(source[table.event_time]).as_py(), previous)
+        mine = pc.max(source[table.event_time]).as_py() if source.num_rows else None
+        out["newest_event_time"] = newest(mine, previous)
     return out
 
 

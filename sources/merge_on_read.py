@@ -12,7 +12,7 @@ that folds the changes into the snapshot is ``maintenance.fold_changes``; DESIGN
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
@@ -110,13 +110,15 @@ def scan(
     storage_options: Mapping[str, str] | None = None,
     min_seq: tuple[str, int] | None = None,
     keys: tuple[str, list[str]] | None = None,
+    paths: Collection[str] | None = None,
 ) -> pa.Table:
     """The table's rows in ``schema``, reading only the files whose statistics allow a match.
 
     ``min_seq`` (column, value): rows with the column above the value; ``keys`` (column, values): rows
-    whose column holds one of the values. Plain Parquet reads without threads: pyarrow's dataset
-    scanner left CLI processes aborting at exit (see ``flink_jobs.gold_read.query``). Unpartitioned
-    tables without deletion vectors, as lakestream writes them.
+    whose column holds one of the values; ``paths``: only the files of these paths (as in the log).
+    Plain Parquet reads without threads: pyarrow's dataset scanner left CLI processes aborting at exit
+    (see ``flink_jobs.gold_read.query``). Unpartitioned tables without deletion vectors, as lakestream
+    writes them.
     """
     actions = pa.table(dt.get_add_actions(flatten=True))
     keep = np.ones(actions.num_rows, dtype=bool)
@@ -125,6 +127,9 @@ def scan(
         keep &= np.asarray(pc.fill_null(pc.greater(top, min_seq[1]), True), dtype=bool)
     if keys is not None:
         keep &= _may_hold(actions, *keys)
+    if paths is not None:
+        wanted_paths = pa.array(list(paths), pa.string())
+        keep &= np.asarray(pc.is_in(actions["path"], value_set=wanted_paths), dtype=bool)
     fs = open_filesystem(dt.table_uri, storage_options)
     wanted = None if keys is None else pa.array(keys[1], pa.string())
     parts = []

@@ -24,6 +24,7 @@ from lakestream.freshness import FRESHNESS_KEY
 from lakestream.merge_on_read import current_rows
 from lakestream.silver import CHANGE_SEQ, SILVER_MERGE, SILVER_MOR_MERGE, SILVER_MOR_SCHEMA, SILVER_SCHEMA
 from maintenance.fold_changes import fold_once, pending_changes, snapshot_freshness
+from maintenance.key_ranges import KeyFile, disjoint, key_files
 from sinks.committer import CommitHooks
 from sinks.table_spec import TableSpec
 from sources.merge_on_read import MergeOnReadTable, folded_through, query, read_current
@@ -146,9 +147,18 @@ def test_a_tie_in_event_time_goes_to_the_later_commit_across_a_fold(tmp_path: Pa
     assert silver_only(DeltaTable(mor(tmp_path).snapshot_uri).to_pyarrow_table()).equals(expected(applied))
 
 
+#: How the folds run: cell by cell with small files (many cells), with the default file size (one
+#: cell), and by MERGE (no cell may be rewritten).
+FOLDS = {"small-cells": {"file_rows": 7}, "one-cell": {}, "merge": {"max_cell_rows": 0}}
+
+
+@pytest.mark.parametrize("fold", FOLDS)
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
-def test_read_path_equals_copy_on_write_across_folds_trims_and_crashes(tmp_path: Path, seed: int) -> None:
+def test_read_path_equals_copy_on_write_across_folds_trims_and_crashes(
+    tmp_path: Path, seed: int, fold: str
+) -> None:
     rng = random.Random(seed)
+    how: dict[str, Any] = FOLDS[fold]
     table = mor(tmp_path)
     w = changes_writer(tmp_path, None)
     cow = silver_writer(tmp_path / "cow", None)  # the same checkpoints, copy-on-write
@@ -177,15 +187,30 @@ def test_read_path_equals_copy_on_write_across_folds_trims_and_crashes(tmp_path:
         committed = n
         applied += rows
         if rng.random() < 0.5:
-            fold_once(table, retention=timedelta(0) if rng.random() < 0.5 else timedelta(hours=1))
+            retention = timedelta(0) if rng.random() < 0.5 else timedelta(hours=1)
+            done = fold_once(table, retention=retention, **how)
+            if fold == "merge":  # a first fold only appends
+                assert not done.clustered or done.files_rewritten == 0
+            else:
+                assert done.clustered or not done.change_rows
         assert_current(tmp_path, applied)
         assert silver_only(read_current(table)).equals(snapshot_rows(tmp_path / "cow", SILVER_SCHEMA, KEYS))
-    result = fold_once(table, retention=timedelta(0))
+    result = fold_once(table, retention=timedelta(0), **how)
     assert pending_changes(table) == (0, 0)
     snapshot = DeltaTable(table.snapshot_uri)
     assert silver_only(snapshot.to_pyarrow_table()).equals(expected(applied))
+    if fold != "merge":  # the clustered fold keeps every file's key range apart from the others'
+        assert disjoint(snapshot_files(snapshot))
+        if fold == "small-cells":
+            assert max(f.rows for f in snapshot_files(snapshot)) <= 7
     assert folded_through(snapshot) == result.folded_through
     assert snapshot_freshness(snapshot)["folded_through"] == result.folded_through
+
+
+def snapshot_files(snapshot: DeltaTable) -> list[KeyFile]:
+    files = key_files(pa.table(snapshot.get_add_actions(flatten=True)), "order_id")
+    assert isinstance(files, list)
+    return files
 
 
 def test_a_fold_that_finds_nothing_new_commits_nothing(tmp_path: Path) -> None:
