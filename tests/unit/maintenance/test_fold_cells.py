@@ -7,6 +7,7 @@ a fold rewrites, when it MERGEs instead, and what it leaves on storage.
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from maintenance import fold_changes
 from maintenance.auto import find_tables
 from maintenance.fold_changes import cell_plan, fold_once
 from maintenance.key_ranges import Cell, KeyFile, cells, disjoint, key_files, owners
-from sources.merge_on_read import changes_above, folded_through, read_current
+from sources.merge_on_read import MergeOnReadTable, changes_above, folded_through, read_current
 from tests.support.silver_rows import change as event
 from tests.unit.sinks.test_changes_mode import changes_writer, expected, mor, silver_only
 from tests.unit.sinks.test_merge_mode import batch
@@ -74,14 +75,19 @@ def orders(first: int, last: int, second: int, eid: str, **values: Any) -> list[
     return [event(f"o{i:04d}", f"{eid}{i}", second, **values) for i in range(first, last)]
 
 
+def created(root: Path, n: int) -> tuple[MergeOnReadTable, list[dict[str, Any]]]:
+    """The merge-on-read table with ``n`` orders committed to its changes (none folded)."""
+    applied = orders(0, n, 1, "c", status="created")
+    commit(root, 1, applied)
+    return mor(root), applied
+
+
 def paths(uri: str) -> set[str]:
     return set(pa.table(DeltaTable(uri).get_add_actions(flatten=True))["path"].to_pylist())
 
 
 def test_keys_that_grow_with_time_rewrite_only_the_newest_cell(tmp_path: Path) -> None:
-    table = mor(tmp_path)
-    applied = orders(0, 100, 1, "c", status="created")
-    commit(tmp_path, 1, applied)
+    table, applied = created(tmp_path, 100)
     first = fold_once(table, file_rows=10, retention=timedelta(0))
     assert first.clustered and len(paths(table.snapshot_uri)) == 10
     before = paths(table.snapshot_uri)
@@ -100,9 +106,7 @@ def test_keys_that_grow_with_time_rewrite_only_the_newest_cell(tmp_path: Path) -
 
 
 def test_overlapping_files_above_the_cap_are_merged_and_a_change_feed_is_kept(tmp_path: Path) -> None:
-    table = mor(tmp_path)
-    applied = orders(0, 40, 1, "c", status="created")
-    commit(tmp_path, 1, applied)
+    table, applied = created(tmp_path, 40)
     fold_once(table, file_rows=10)
     more = orders(5, 6, 2, "p", status="paid")
     commit(tmp_path, 2, more)
@@ -124,9 +128,7 @@ def test_overlapping_files_above_the_cap_are_merged_and_a_change_feed_is_kept(tm
 def test_a_fold_whose_commit_fails_leaves_no_files_behind_and_the_retry_lands(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    table = mor(tmp_path)
-    applied = orders(0, 30, 1, "c", status="created")
-    commit(tmp_path, 1, applied)
+    table, applied = created(tmp_path, 30)
     fold_once(table, file_rows=10)
     more = orders(25, 35, 2, "p", status="paid")
     commit(tmp_path, 2, more)
@@ -154,8 +156,6 @@ def test_a_fold_whose_commit_fails_leaves_no_files_behind_and_the_retry_lands(
 
 
 def removed_paths(snapshot: DeltaTable) -> set[str]:
-    import json
-
     out = set()
     for log_file in Path(snapshot.table_uri.removeprefix("file://")).glob("_delta_log/*.json"):
         for line in log_file.read_text().splitlines():
@@ -174,7 +174,7 @@ def test_vacuum_after_clustered_folds_keeps_the_table_whole(tmp_path: Path) -> N
         fold_once(table, file_rows=4, retention=timedelta(0))
     snapshot = DeltaTable(table.snapshot_uri)
     removed = snapshot.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
-    assert removed  # the folds' replaced files, in the fold folders too
+    assert removed  # the folds' replaced files, in the fold folder too
     assert any(p.startswith("fold/") for p in removed)
     assert silver_only(DeltaTable(table.snapshot_uri).to_pyarrow_table()).equals(expected(applied))
 
@@ -182,9 +182,7 @@ def test_vacuum_after_clustered_folds_keeps_the_table_whole(tmp_path: Path) -> N
 def test_a_staging_log_an_interrupted_fold_left_is_cleared_and_not_taken_for_a_table(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    table = mor(tmp_path)
-    applied = orders(0, 20, 1, "c", status="created")
-    commit(tmp_path, 1, applied)
+    table, applied = created(tmp_path, 20)
 
     def killed(*args: Any, **kw: Any) -> None:
         raise KeyboardInterrupt  # as if the process died between staging and committing
@@ -205,9 +203,7 @@ def test_a_staging_log_an_interrupted_fold_left_is_cleared_and_not_taken_for_a_t
 def test_a_failure_after_the_commit_landed_keeps_its_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    table = mor(tmp_path)
-    applied = orders(0, 20, 1, "c", status="created")
-    commit(tmp_path, 1, applied)
+    table, applied = created(tmp_path, 20)
     real = DeltaTable.create_write_transaction
 
     def landed_then_failed(self: DeltaTable, *args: Any, **kw: Any) -> None:
