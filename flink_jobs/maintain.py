@@ -186,7 +186,8 @@ def cmd_fold(args: argparse.Namespace) -> int:
     else:
         print(
             f"fold: {r.change_rows} change rows ({r.keys} orders) into {table.snapshot_uri} version "
-            f"{r.snapshot_version}, through {r.folded_through}, {r.files_rewritten} file(s) rewritten, "
+            f"{r.snapshot_version}, through {r.folded_through}, {r.files_rewritten} file(s) rewritten "
+            f"({r.rows_written} rows written, {'clustered' if r.clustered else 'MERGE'}), "
             f"{r.trimmed_rows} folded change rows trimmed, {r.seconds:.1f}s"
         )
     return 0

@@ -75,11 +75,14 @@ class FoldResult:
 
     #: Change rows read and folded (0: the snapshot held every change).
     change_rows: int = 0
+    #: Distinct keys among them (the orders folded).
     keys: int = 0
     #: Highest sequence the snapshot holds after the fold (None: it holds none yet).
     folded_through: int | None = None
     snapshot_version: int = -1
     files_rewritten: int = 0
+    #: Rows of the files the fold wrote (the rewritten files' rows and the new keys).
+    rows_written: int = 0
     #: Whether the fold replaced the touched key ranges (True) or MERGEd (False).
     clustered: bool = False
     trimmed_rows: int = 0
@@ -138,10 +141,10 @@ def _fold(
         props = partial(_commit_properties, table, snapshot, changes, new_through)
         try:
             if isinstance(plan, CellPlan):
-                rewritten, keys = replace_cells(table, snapshot, rows, plan, props, file_rows=file_rows)
+                rewritten, written = replace_cells(table, snapshot, rows, plan, props, file_rows=file_rows)
             else:
                 log.info("%s: fold by MERGE: %s", table.snapshot_uri, plan)
-                rewritten, keys = _merge(table, snapshot, rows, props)
+                rewritten, written = _merge(table, snapshot, rows, props)
         except CommitFailedError as exc:
             # Another writer (not a fold: those hold the lock) committed to the snapshot meanwhile.
             log.info("%s: fold attempt %d conflicted (%s)", table.snapshot_uri, attempt, exc)
@@ -150,10 +153,11 @@ def _fold(
         snapshot.update_incremental()
         return FoldResult(
             change_rows=rows.num_rows,
-            keys=keys,
+            keys=int(pc.count_distinct(rows[table.spec.keys[0]]).as_py()) if len(table.spec.keys) == 1 else 0,
             folded_through=new_through,
             snapshot_version=snapshot.version(),
             files_rewritten=rewritten,
+            rows_written=written,
             clustered=isinstance(plan, CellPlan),
         )
     raise CommitFailedError(f"{table.snapshot_uri}: the fold conflicted {max_attempts} times; run it again")
@@ -177,7 +181,7 @@ def _merge(
     rows: pa.Table,
     props: Callable[[pa.Table], CommitProperties],
 ) -> tuple[int, int]:
-    """MERGE the change rows, folded per key, into the snapshot: (files rewritten, keys)."""
+    """MERGE the change rows, folded per key, into the snapshot: (files rewritten, rows written)."""
     source = reduce_guarded(in_arrival_order(table.schema.empty_table(), rows, table.seq), table.spec)
     metrics = (
         snapshot.merge(
@@ -192,7 +196,7 @@ def _merge(
         .when_not_matched_insert_all()
         .execute()
     )
-    return int(metrics.get("num_target_files_removed", 0)), source.num_rows
+    return int(metrics.get("num_target_files_removed", 0)), int(metrics.get("num_output_rows", 0))
 
 
 @dataclass(frozen=True)
@@ -242,7 +246,8 @@ def replace_cells(
     *,
     file_rows: int = FOLD_FILE_ROWS,
 ) -> tuple[int, int]:
-    """Rewrite the touched cells with their change rows folded in, in one commit: (files removed, keys).
+    """Rewrite the touched cells with their change rows folded in, in one commit: (files removed, rows
+    written).
 
     Cell by cell (one in memory at a time): its files' rows and its change rows give the current rows
     of its keys (``current_rows``, the read rule), sorted by key and cut into files of about
@@ -256,7 +261,7 @@ def replace_cells(
     options = dict(table.storage_options or {}) or None
     removed: list[KeyFile] = []
     newest: list[pa.Table] = []
-    keys = 0
+    written = 0
     try:
         for i in plan.touched or [0]:
             mine = rows.filter(pa.array(plan.owner == i))
@@ -269,7 +274,7 @@ def replace_cells(
                 base = table.schema.empty_table()
             current = current_rows(base, mine, table.spec, table.seq)
             current = current.take(pc.sort_indices(current, sort_keys=[(key, "ascending")]))
-            keys += current.num_rows
+            written += current.num_rows
             if table.event_time is not None:
                 newest.append(current.select([table.event_time]))
             for part in _cut(current, file_rows):
@@ -287,7 +292,7 @@ def replace_cells(
         _abandon_stage(fs, snapshot)
         raise
     _delete(fs, STAGE_LOG)  # its files are the snapshot's now
-    return len(removed), keys
+    return len(removed), written
 
 
 def _abandon_stage(fs: pafs.FileSystem, snapshot: DeltaTable) -> None:

@@ -104,6 +104,7 @@ def test_maintain_fold_folds_and_tables_shows_what_is_left(
     assert cli.main(["maintain", "fold"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("fold: 3 change rows (2 orders) into ")
+    assert "0 file(s) rewritten (2 rows written, clustered)" in out
     write_silver(tmp_path, "merge_on_read", CHECKPOINTS[2:], run_id="r2")  # a new run
     assert cli.main(["tables"]) == 0
     listing = capsys.readouterr().out

@@ -99,6 +99,7 @@ def test_keys_that_grow_with_time_rewrite_only_the_newest_cell(tmp_path: Path) -
     second = fold_once(table, file_rows=10, retention=timedelta(0))
     after = paths(table.snapshot_uri)
     assert second.clustered and second.files_rewritten == 1
+    assert (second.change_rows, second.keys, second.rows_written) == (5, 5, 14)
     assert len(before - after) == 1 and len(after - before) == 2  # 14 rows cut into two files of 7
     snapshot = DeltaTable(table.snapshot_uri)
     assert silver_only(snapshot.to_pyarrow_table()).equals(expected(applied))
