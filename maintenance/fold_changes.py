@@ -153,7 +153,7 @@ def _fold(
         snapshot.update_incremental()
         return FoldResult(
             change_rows=rows.num_rows,
-            keys=int(pc.count_distinct(rows[table.spec.keys[0]]).as_py()) if len(table.spec.keys) == 1 else 0,
+            keys=distinct_keys(rows, table.spec.keys),
             folded_through=new_through,
             snapshot_version=snapshot.version(),
             files_rewritten=rewritten,
@@ -161,6 +161,11 @@ def _fold(
             clustered=isinstance(plan, CellPlan),
         )
     raise CommitFailedError(f"{table.snapshot_uri}: the fold conflicted {max_attempts} times; run it again")
+
+
+def distinct_keys(rows: pa.Table, keys: tuple[str, ...]) -> int:
+    """How many distinct keys (tuples of the key columns) ``rows`` holds."""
+    return int(rows.select(list(keys)).group_by(list(keys)).aggregate([]).num_rows)
 
 
 def _commit_properties(

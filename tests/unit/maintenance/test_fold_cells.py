@@ -20,7 +20,7 @@ from deltalake.exceptions import CommitFailedError
 
 from maintenance import fold_changes
 from maintenance.auto import find_tables
-from maintenance.fold_changes import cell_plan, fold_once
+from maintenance.fold_changes import cell_plan, distinct_keys, fold_once
 from maintenance.key_ranges import Cell, KeyFile, cells, disjoint, key_files, owners
 from sources.merge_on_read import MergeOnReadTable, changes_above, folded_through, read_current
 from tests.support.silver_rows import change as event
@@ -62,6 +62,13 @@ def test_key_files_says_why_without_statistics() -> None:
         "max.order_id", pa.array(["b"])
     )
     assert "some files" in str(key_files(nulls, "order_id"))
+
+
+def test_distinct_keys_counts_tuples_of_every_key_column() -> None:
+    rows = pa.table({"a": ["x", "x", "y", "x"], "b": [1, 2, 1, 1], "v": [0, 0, 0, 0]})
+    assert distinct_keys(rows, ("a", "b")) == 3
+    assert distinct_keys(rows, ("a",)) == 2
+    assert distinct_keys(rows.slice(0, 0), ("a", "b")) == 0
 
 
 def commit(root: Path, n: int, rows: list[dict[str, Any]]) -> None:
