@@ -57,9 +57,12 @@ from sources.merge_on_read import (
 log = logging.getLogger(__name__)
 
 DEFAULT_RETENTION = timedelta(minutes=10)
-#: Rows per snapshot file a clustered fold writes: the newest keys' cell is rewritten by every fold, so
-#: its cost stays about this many rows plus the fold's own.
+#: Rows per snapshot file a clustered fold writes when neither table has a file to measure rows by; else
+#: ``file_rows_for`` derives them from the table's target file size. The newest keys' cell is rewritten
+#: by every fold, so a fold costs about one file's rows plus its own.
 FOLD_FILE_ROWS = 262_144
+#: The fewest rows per file a derived size gives (a tiny target does not cut a cell into crumbs).
+MIN_FILE_ROWS = 1_024
 #: A touched cell with more rows than this (files that overlap, e.g. a copy-on-write table switched to
 #: this layout) is folded by MERGE instead: the clustered fold holds one cell in memory.
 MAX_CELL_ROWS = 1_000_000
@@ -95,10 +98,13 @@ def fold_once(
     retention: timedelta = DEFAULT_RETENTION,
     lock_wait_s: float = 600.0,
     max_attempts: int = 10,
-    file_rows: int = FOLD_FILE_ROWS,
+    file_rows: int | None = None,
     max_cell_rows: int = MAX_CELL_ROWS,
 ) -> FoldResult:
-    """Fold every change above the snapshot's fold point into it, then trim the changes table."""
+    """Fold every change above the snapshot's fold point into it, then trim the changes table.
+
+    ``file_rows``: rows per file of a clustered fold (None: ``file_rows_for`` the table's target size).
+    """
     started = time.monotonic()
     ref = TableRef(table.snapshot_uri, table.snapshot_uri)
     with rewrite_lock(ref, "fold changes", wait_s=lock_wait_s):
@@ -127,7 +133,7 @@ def _fold(
     snapshot: DeltaTable,
     *,
     max_attempts: int,
-    file_rows: int,
+    file_rows: int | None,
     max_cell_rows: int,
 ) -> FoldResult:
     for attempt in range(max_attempts):
@@ -141,7 +147,8 @@ def _fold(
         props = partial(_commit_properties, table, snapshot, changes, new_through)
         try:
             if isinstance(plan, CellPlan):
-                rewritten, written = replace_cells(table, snapshot, rows, plan, props, file_rows=file_rows)
+                per_file = file_rows or file_rows_for(table.target_file_size, snapshot, changes)
+                rewritten, written = replace_cells(table, snapshot, rows, plan, props, file_rows=per_file)
             else:
                 log.info("%s: fold by MERGE: %s", table.snapshot_uri, plan)
                 rewritten, written = _merge(table, snapshot, rows, props)
@@ -161,6 +168,21 @@ def _fold(
             clustered=isinstance(plan, CellPlan),
         )
     raise CommitFailedError(f"{table.snapshot_uri}: the fold conflicted {max_attempts} times; run it again")
+
+
+def file_rows_for(target_bytes: int, *tables: DeltaTable | None) -> int:
+    """Rows per file that make a file of about ``target_bytes``, at the bytes per row of the first of
+    ``tables`` that has rows in its files (the snapshot, then the changes: the same columns); else
+    ``FOLD_FILE_ROWS``."""
+    for t in tables:
+        if t is None:
+            continue
+        actions = pa.table(t.get_add_actions(flatten=True))
+        rows = pc.sum(actions["num_records"]).as_py() if actions.num_rows else None
+        size = pc.sum(actions["size_bytes"]).as_py() if actions.num_rows else None
+        if rows and size:
+            return max(MIN_FILE_ROWS, int(target_bytes * rows / size))
+    return FOLD_FILE_ROWS
 
 
 def distinct_keys(rows: pa.Table, keys: tuple[str, ...]) -> int:

@@ -8,6 +8,8 @@ a fold rewrites, when it MERGEs instead, and what it leaves on storage.
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ from deltalake.exceptions import CommitFailedError
 
 from maintenance import fold_changes
 from maintenance.auto import find_tables
-from maintenance.fold_changes import cell_plan, distinct_keys, fold_once
+from maintenance.fold_changes import FOLD_FILE_ROWS, cell_plan, distinct_keys, file_rows_for, fold_once
 from maintenance.key_ranges import Cell, KeyFile, cells, disjoint, key_files, owners
 from sources.merge_on_read import MergeOnReadTable, changes_above, folded_through, read_current
 from tests.support.silver_rows import change as event
@@ -111,6 +113,26 @@ def test_keys_that_grow_with_time_rewrite_only_the_newest_cell(tmp_path: Path) -
     snapshot = DeltaTable(table.snapshot_uri)
     assert silver_only(snapshot.to_pyarrow_table()).equals(expected(applied))
     assert disjoint(key_files(pa.table(snapshot.get_add_actions(flatten=True)), "order_id"))  # type: ignore[arg-type]
+
+
+def bytes_per_row(table: DeltaTable) -> float:
+    actions = pa.table(table.get_add_actions(flatten=True))
+    return float(sum(actions["size_bytes"].to_pylist()) / sum(actions["num_records"].to_pylist()))
+
+
+def test_a_fold_cuts_files_of_about_the_tables_target_size(tmp_path: Path) -> None:
+    table, applied = created(tmp_path, 4000)
+    changes = DeltaTable(table.changes_uri)
+    # 1,500 rows by the changes (the snapshot has no file yet): 3 files (1,334, 1,334, 1,332).
+    target = math.ceil(1_500 * bytes_per_row(changes))
+    assert file_rows_for(target, None, changes) == 1_500
+    assert file_rows_for(target, None) == FOLD_FILE_ROWS
+    done = fold_once(replace(table, target_file_size=target), retention=timedelta(0))
+    sizes = pa.table(DeltaTable(table.snapshot_uri).get_add_actions(flatten=True))["num_records"]
+    assert done.clustered and sorted(sizes.to_pylist()) == [1_332, 1_334, 1_334]
+    snapshot = DeltaTable(table.snapshot_uri)  # measured on its own files from now on
+    assert file_rows_for(target, snapshot, changes) == int(target / bytes_per_row(snapshot))
+    assert silver_only(read_current(table)).equals(expected(applied))
 
 
 def test_overlapping_files_above_the_cap_are_merged_and_a_change_feed_is_kept(tmp_path: Path) -> None:
