@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from functools import partial
@@ -147,7 +147,7 @@ def _fold(
         props = partial(_commit_properties, table, snapshot, changes, new_through)
         try:
             if isinstance(plan, CellPlan):
-                per_file = file_rows or file_rows_for(table.target_file_size, snapshot, changes)
+                per_file = file_rows or file_rows_for(table.target_file_size, plan.cells, changes)
                 rewritten, written = replace_cells(table, snapshot, rows, plan, props, file_rows=per_file)
             else:
                 log.info("%s: fold by MERGE: %s", table.snapshot_uri, plan)
@@ -170,18 +170,19 @@ def _fold(
     raise CommitFailedError(f"{table.snapshot_uri}: the fold conflicted {max_attempts} times; run it again")
 
 
-def file_rows_for(target_bytes: int, *tables: DeltaTable | None) -> int:
-    """Rows per file that make a file of about ``target_bytes``, at the bytes per row of the first of
-    ``tables`` that has rows in its files (the snapshot, then the changes: the same columns); else
-    ``FOLD_FILE_ROWS``."""
-    for t in tables:
-        if t is None:
-            continue
-        actions = pa.table(t.get_add_actions(flatten=True))
-        rows = pc.sum(actions["num_records"]).as_py() if actions.num_rows else None
-        size = pc.sum(actions["size_bytes"]).as_py() if actions.num_rows else None
-        if rows and size:
-            return max(MIN_FILE_ROWS, int(target_bytes * rows / size))
+def file_rows_for(target_bytes: int, snapshot_cells: Sequence[Cell], changes: DeltaTable | None) -> int:
+    """Rows per file that make a file of about ``target_bytes``, at the bytes per row of the snapshot's
+    files (its cells), or of the changes table's (the same columns) while the snapshot has none;
+    ``FOLD_FILE_ROWS`` when neither has a file."""
+    files = [f for c in snapshot_cells for f in c.files]
+    rows, size = sum(f.rows for f in files), sum(f.size for f in files)
+    if not rows and changes is not None:
+        actions = pa.table(changes.get_add_actions(flatten=True))
+        if actions.num_rows:
+            rows = pc.sum(actions["num_records"]).as_py() or 0
+            size = pc.sum(actions["size_bytes"]).as_py() or 0
+    if rows and size:
+        return max(MIN_FILE_ROWS, int(target_bytes * rows / size))
     return FOLD_FILE_ROWS
 
 
