@@ -225,10 +225,6 @@ def build_env(
     # tear-down tracebacks into the caller's terminal. Separate worker processes, as on a cluster, ran
     # the demo's ingest in 12 s instead of 20 s here. An explicit setting of the variable wins.
     os.environ.setdefault("_python_worker_execution_mode", "process")
-    # The JVM (RocksDB's native memory included) and every Python worker it starts inherit this: glibc
-    # would otherwise give each of their many threads an arena of its own (8 per core), each keeping the
-    # pages its thread freed. An explicit setting of the variable wins.
-    os.environ.setdefault("MALLOC_ARENA_MAX", str(MALLOC_ARENAS))
     launch_gateway(cfg.jvm_options)
     conf = Configuration()
     settings = flink_settings(cfg, checkpoint_dir=checkpoint_dir, state_backend=state_backend)
@@ -265,6 +261,10 @@ def launch_gateway(jvm_options: Sequence[str]) -> None:
     """
     from pyflink.java_gateway import get_gateway
 
+    # The JVM (RocksDB's native memory included) and every Python worker it starts inherit this: glibc
+    # would otherwise give each of their many threads an arena of its own (8 per core), each keeping the
+    # pages its thread freed. An explicit setting of the variable wins.
+    os.environ.setdefault("MALLOC_ARENA_MAX", str(MALLOC_ARENAS))
     before = os.environ.get("JVM_ARGS")
     os.environ["JVM_ARGS"] = " ".join([*jvm_options, before or ""]).strip()
     try:

@@ -63,3 +63,24 @@ def test_no_jvm_options_means_the_jvm_defaults(tmp_path: Path) -> None:
 def test_the_jvm_gets_two_glibc_arenas_unless_the_caller_sets_them(tmp_path: Path) -> None:
     assert _probe(tmp_path, [])["jvm_arenas"] == "2"
     assert _probe(tmp_path, [], {"MALLOC_ARENA_MAX": "4"})["jvm_arenas"] == "4"
+
+
+def test_a_jvm_started_before_the_job_is_built_gets_the_arenas_too(tmp_path: Path) -> None:
+    script = tmp_path / "gateway_probe.py"
+    script.write_text(
+        "from lakestream.flink_runtime import launch_gateway\n"
+        "from pyflink.java_gateway import get_gateway\n"
+        "launch_gateway([])\n"
+        "print(get_gateway().jvm.java.lang.System.getenv('MALLOC_ARENA_MAX'))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert out.stdout.strip().splitlines()[-1] == "2"
