@@ -258,8 +258,12 @@ def launch_gateway(jvm_options: Sequence[str]) -> None:
     other JVMs this process starts (a standalone cluster's ``bin/`` scripts read it too) keep theirs.
     Options given in ``JVM_ARGS`` by the caller come after ours and win. Under ``flink run`` the client
     JVM already runs and the cluster's own configuration (``env.java.opts.*``) applies.
+
+    The JVM this starts gets its standard error read for as long as it runs (``jvm_stderr``).
     """
-    from pyflink.java_gateway import get_gateway
+    import pyflink.java_gateway as java_gateway
+
+    from lakestream import jvm_stderr
 
     # The JVM (RocksDB's native memory included) and every Python worker it starts inherit this: glibc
     # would otherwise give each of their many threads an arena of its own (8 per core), each keeping the
@@ -267,10 +271,24 @@ def launch_gateway(jvm_options: Sequence[str]) -> None:
     os.environ.setdefault("MALLOC_ARENA_MAX", str(MALLOC_ARENAS))
     before = os.environ.get("JVM_ARGS")
     os.environ["JVM_ARGS"] = " ".join([*jvm_options, before or ""]).strip()
+    start = java_gateway.launch_gateway_server_process
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start_and_keep(env: Any, args: Any) -> subprocess.Popen[bytes]:
+        process: subprocess.Popen[bytes] = start(env, args)
+        started.append(process)
+        return process
+
+    java_gateway.launch_gateway_server_process = start_and_keep
     try:
-        get_gateway()
+        java_gateway.get_gateway()
     finally:
+        java_gateway.launch_gateway_server_process = start
         if before is None:
             del os.environ["JVM_ARGS"]
         else:
             os.environ["JVM_ARGS"] = before
+    # Only once connected: until then PyFlink reads the pipe itself, for the error of a JVM that died.
+    for process in started:
+        if process.stderr is not None:
+            jvm_stderr.forward(process.stderr)

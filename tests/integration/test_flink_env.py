@@ -84,3 +84,25 @@ def test_a_jvm_started_before_the_job_is_built_gets_the_arenas_too(tmp_path: Pat
         check=True,
     )
     assert out.stdout.strip().splitlines()[-1] == "2"
+
+
+def test_the_jvm_keeps_running_after_writing_more_than_a_pipe_to_its_stderr(tmp_path: Path) -> None:
+    # PyFlink puts the JVM's stderr on a pipe: unread, the 65th KiB blocked the writing JVM thread.
+    script = tmp_path / "stderr_probe.py"
+    script.write_text(
+        "from lakestream.flink_runtime import launch_gateway\n"
+        "from pyflink.java_gateway import get_gateway\n"
+        "launch_gateway([])\n"
+        "err = get_gateway().jvm.java.lang.System.err\n"
+        "err.print(''.join('jvm line %04d %s\\n' % (i, 'x' * 100) for i in range(2000)))\n"
+        "err.flush()\n"
+        "print('still running', flush=True)\n"
+        "import time; time.sleep(5)  # the lines are passed on by a thread of this process\n"
+    )
+    out = subprocess.run(
+        [sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=90, check=True
+    )
+    assert out.stdout.strip().splitlines()[-1] == "still running"
+    lines = [line for line in out.stderr.splitlines() if line.startswith("jvm line ")]
+    assert len(lines) == 2000 and lines[-1].startswith("jvm line 1999 ")
+    assert "Unknown module: jdk.proxy2" not in out.stderr
