@@ -22,8 +22,8 @@ IGNORED = (b"WARNING: Unknown module: jdk.proxy2 specified to --add-opens",)
 def forward(stream: IO[bytes], fd: int = 2) -> threading.Thread:
     """Read ``stream`` to its end in a daemon thread, writing its lines to ``fd`` (minus ``IGNORED``).
 
-    A write that fails (``fd`` closed) drops the line; reading goes on, which is what keeps the JVM
-    running.
+    A write that fails (``fd`` closed, its reader gone) drops the line; reading goes on, which is what
+    keeps the JVM running.
     """
 
     def run() -> None:

@@ -65,31 +65,37 @@ def test_the_jvm_gets_two_glibc_arenas_unless_the_caller_sets_them(tmp_path: Pat
     assert _probe(tmp_path, [], {"MALLOC_ARENA_MAX": "4"})["jvm_arenas"] == "4"
 
 
-def test_a_jvm_started_before_the_job_is_built_gets_the_arenas_too(tmp_path: Path) -> None:
-    script = tmp_path / "gateway_probe.py"
-    script.write_text(
-        "from lakestream.flink_runtime import launch_gateway\n"
-        "from pyflink.java_gateway import get_gateway\n"
-        "launch_gateway([])\n"
-        "print(get_gateway().jvm.java.lang.System.getenv('MALLOC_ARENA_MAX'))\n"
-    )
+def _run_script(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]:
+    """``source`` run by this Python in a child process, without the caller's ``MALLOC_ARENA_MAX``."""
+    script = tmp_path / "script.py"
+    script.write_text(source)
     env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
-    out = subprocess.run(
+    return subprocess.run(
         [sys.executable, str(script)],
         cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=90,
         check=True,
+    )
+
+
+def test_a_jvm_started_before_the_job_is_built_gets_the_arenas_too(tmp_path: Path) -> None:
+    out = _run_script(
+        tmp_path,
+        "from lakestream.flink_runtime import launch_gateway\n"
+        "from pyflink.java_gateway import get_gateway\n"
+        "launch_gateway([])\n"
+        "print(get_gateway().jvm.java.lang.System.getenv('MALLOC_ARENA_MAX'))\n",
     )
     assert out.stdout.strip().splitlines()[-1] == "2"
 
 
 def test_the_jvm_keeps_running_after_writing_more_than_a_pipe_to_its_stderr(tmp_path: Path) -> None:
     # PyFlink puts the JVM's stderr on a pipe: unread, the 65th KiB blocked the writing JVM thread.
-    script = tmp_path / "stderr_probe.py"
-    script.write_text(
+    out = _run_script(
+        tmp_path,
         "from lakestream.flink_runtime import launch_gateway\n"
         "from pyflink.java_gateway import get_gateway\n"
         "launch_gateway([])\n"
@@ -97,10 +103,7 @@ def test_the_jvm_keeps_running_after_writing_more_than_a_pipe_to_its_stderr(tmp_
         "err.print(''.join('jvm line %04d %s\\n' % (i, 'x' * 100) for i in range(2000)))\n"
         "err.flush()\n"
         "print('still running', flush=True)\n"
-        "import time; time.sleep(5)  # the lines are passed on by a thread of this process\n"
-    )
-    out = subprocess.run(
-        [sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=90, check=True
+        "import time; time.sleep(5)  # the lines are passed on by a thread of this process\n",
     )
     assert out.stdout.strip().splitlines()[-1] == "still running"
     lines = [line for line in out.stderr.splitlines() if line.startswith("jvm line ")]
