@@ -31,12 +31,16 @@ PROBE = textwrap.dedent(
 )
 
 
-def _probe(tmp_path: Path, options: list[str], environ: dict[str, str] | None = None) -> dict[str, object]:
-    script = tmp_path / "probe.py"
-    script.write_text(PROBE)
+def _run_script(
+    tmp_path: Path, source: str, args: list[str] | None = None, environ: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``source`` run by this Python in a child process with ``args``, in this environment without its
+    ``MALLOC_ARENA_MAX`` and with ``environ`` on top."""
+    script = tmp_path / "script.py"
+    script.write_text(source)
     env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
-    out = subprocess.run(
-        [sys.executable, str(script), json.dumps(options), str(tmp_path / "ckpt")],
+    return subprocess.run(
+        [sys.executable, str(script), *(args or [])],
         cwd=ROOT,
         env={**env, **(environ or {})},
         capture_output=True,
@@ -44,6 +48,10 @@ def _probe(tmp_path: Path, options: list[str], environ: dict[str, str] | None = 
         timeout=120,
         check=True,
     )
+
+
+def _probe(tmp_path: Path, options: list[str], environ: dict[str, str] | None = None) -> dict[str, object]:
+    out = _run_script(tmp_path, PROBE, [json.dumps(options), str(tmp_path / "ckpt")], environ)
     result: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
 
@@ -63,22 +71,6 @@ def test_no_jvm_options_means_the_jvm_defaults(tmp_path: Path) -> None:
 def test_the_jvm_gets_two_glibc_arenas_unless_the_caller_sets_them(tmp_path: Path) -> None:
     assert _probe(tmp_path, [])["jvm_arenas"] == "2"
     assert _probe(tmp_path, [], {"MALLOC_ARENA_MAX": "4"})["jvm_arenas"] == "4"
-
-
-def _run_script(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]:
-    """``source`` run by this Python in a child process, without the caller's ``MALLOC_ARENA_MAX``."""
-    script = tmp_path / "script.py"
-    script.write_text(source)
-    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
-    return subprocess.run(
-        [sys.executable, str(script)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=True,
-    )
 
 
 def test_a_jvm_started_before_the_job_is_built_gets_the_arenas_too(tmp_path: Path) -> None:
