@@ -5,6 +5,9 @@ VENV   := .venv
 VPY    := $(VENV)/bin/python
 STAMPS := .lakestream/stamps
 CHROMIUM ?= chromium
+# Test worker processes: the integration tests wait on JVM starts, checkpoints and kills, so two
+# workers keep a 2-core machine busy; PYTEST_WORKERS=0 runs the suite in one process.
+PYTEST_WORKERS ?= 2
 JAVA_SOURCES := $(shell find jvm/src -name '*.java' 2>/dev/null)
 
 .PHONY: demo test unit lint typecheck bootstrap venv jvm jvm-test tools browser bench bench-silver profile clean
@@ -13,7 +16,7 @@ demo: bootstrap
 	$(VPY) -m flink_jobs demo
 
 test: bootstrap browser lint typecheck jvm-test
-	$(VPY) -m pytest -q --durations=25 tests
+	$(VPY) -m pytest -q --durations=25 -n $(PYTEST_WORKERS) --dist loadfile tests
 
 unit: bootstrap
 	$(VPY) -m pytest -q tests/unit
