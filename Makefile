@@ -5,8 +5,8 @@ VENV   := .venv
 VPY    := $(VENV)/bin/python
 STAMPS := .lakestream/stamps
 CHROMIUM ?= chromium
-# Test worker processes: the integration tests wait on JVM starts, checkpoints and kills, so two
-# workers keep a 2-core machine busy; PYTEST_WORKERS=0 runs the suite in one process.
+# Test worker processes: one leaves a 2-core machine partly idle while its jobs start and checkpoint,
+# two keep it busy; PYTEST_WORKERS=0 runs the suite in one process.
 PYTEST_WORKERS ?= 2
 JAVA_SOURCES := $(shell find jvm/src -name '*.java' 2>/dev/null)
 
