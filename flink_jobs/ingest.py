@@ -29,9 +29,9 @@ Graph (operator uids in brackets; all stable, keep them across upgrades; every s
       -> gold SQL, GROUP BY window start [ingest-gold-sql-<node>_<kind>]                 parallelism 1
       -> newest row per window + markers [ingest-gold-upsert-markers]                   1
            (second input: the lateness gate's watermarks, which the SQL's mini-batch replaces)
-      -> gold writer [ingest-gold-writer]                                                 1 (chained)
+      -> gold writer, in the silver committer's operator [ingest-silver-committer]           1
+           (its second input: one Python worker runs both sinks, each on its own markers)
            commits         gold/order_metrics_5m      upsert by window_start, never over a batch row
-      -> discard [ingest-gold-end]                                                        1 (chained)
 
 Records cross the JVM/Python boundary in per-partition batches, flushed before every checkpoint
 barrier; each Python operator writes its own tables exactly once under the marker protocol, except
@@ -286,12 +286,13 @@ def build_ingest_job(
         .name("resolve orders + late writer, silver stager")
         .uid("ingest-resolve-orders")
     )
-    commit_globally(committables, [silver], name="silver committer", uid="ingest-silver-committer")
+    gold = None
     if cfg.gold.enabled:
         from udfs.ingest_gold import speed_layer
 
-        # The speed layer: gold rows per window from the de-dup's side output (DESIGN.md section 11.6).
-        speed_layer(
+        # The speed layer: gold rows per window from the de-dup's side output (DESIGN.md section 11.6);
+        # its writer runs in the silver committer's Python worker (both at parallelism 1).
+        gold = speed_layer(
             env,
             marked,
             cfg,
@@ -299,6 +300,9 @@ def build_ingest_job(
             parallelism=cfg.flink.parallelism,
             lineage_start_ms=max(seeds.values()) if seeds else None,
         )
+    commit_globally(
+        committables, [silver], name="silver committer", uid="ingest-silver-committer", beside=gold
+    )
     return env
 
 

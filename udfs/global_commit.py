@@ -7,13 +7,14 @@ through a ``CheckpointEpochOperator`` at parallelism 1 into ``GlobalCommitterFun
 everything <= n, END_OF_INPUT (all inputs ended) commits the rest. No state, no recovery: the writer
 subtasks' OPEN resolves what a crashed attempt left (DESIGN.md section 3). A table with a fold
 (``DeltaSinkSpec.fold``, merge-on-read silver) also gets its ``maintenance.fold_schedule.BackgroundFold``:
-told of every commit, and finished at END_OF_INPUT (DESIGN.md section 13).
+told of every commit, and finished at END_OF_INPUT (DESIGN.md section 13). A second sink at parallelism 1
+(``SecondSink``, the ingest job's gold writer) can run in the committer's Python worker.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pyflink.common import Row, Types
 from pyflink.datastream import ProcessFunction, RuntimeContext
@@ -153,16 +154,44 @@ def fold_gauges(fold: Callable[[], BackgroundFold | None]) -> dict[str, Callable
     }
 
 
-def commit_globally(stream: DataStream, specs: Sequence[DeltaSinkSpec], *, name: str, uid: str) -> None:
+class SecondSink(NamedTuple):
+    """A sink at parallelism 1 to run in the committer's Python worker (``udfs.shared_worker``).
+
+    ``stream``: its marked input, at parallelism 1 (its own ``CheckpointEpochOperator`` or the like);
+    ``function``: its ``ProcessFunction``; ``name``: what the shared operator's name adds.
+    """
+
+    stream: DataStream
+    function: ProcessFunction
+    name: str
+
+
+def commit_globally(
+    stream: DataStream,
+    specs: Sequence[DeltaSinkSpec],
+    *,
+    name: str,
+    uid: str,
+    beside: SecondSink | None = None,
+) -> None:
     """Commit the ``COMMITTABLE_TYPE`` rows of ``stream`` (any parallelism) at parallelism 1.
+
+    ``beside``: a second sink that runs in the same Python worker, as one two-input operator (one
+    Python process fewer); the operator is then named ``<name> + <beside.name>``, same uid.
 
     Operator uids: ``<uid>-markers`` (the marker operator), ``<uid>`` (the committer), ``<uid>-end``.
     """
     marked = with_checkpoint_markers(stream, name=f"{name} markers", uid=f"{uid}-markers", parallelism=1)
-    reports = (
-        marked.process(GlobalCommitterFunction(specs), output_type=Types.STRING())
-        .name(name)
-        .uid(uid)
-        .set_parallelism(1)
-    )
+    committer = GlobalCommitterFunction(specs)
+    if beside is None:
+        reports = marked.process(committer, output_type=Types.STRING()).name(name)
+    else:
+        from udfs.shared_worker import SharedWorker
+
+        reports = (
+            marked.connect(beside.stream)
+            .process(SharedWorker(committer, beside.function), output_type=Types.STRING())
+            .name(f"{name} + {beside.name}")
+        )
+    reports = reports.uid(uid).set_parallelism(1)
     discard(reports, name=f"{name} end", uid=f"{uid}-end", parallelism=1)

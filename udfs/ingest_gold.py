@@ -8,7 +8,7 @@ watermark at arrival; ``KeyedDedupEpochOperator`` emits the first sightings on i
 ``lakestream.gold.flink_sql`` (its one definition of the metrics) as a GROUP BY over the window
 start; ``GoldUpsertEpochOperator`` keeps the newest row per window and checkpoint and stamps it; the
 Python ``GoldSinkFunction`` upserts by ``window_start`` under the two-phase-commit protocol (section
-3), never over a ``layer = 'batch'`` row.
+3), never over a ``layer = 'batch'`` row, in the silver committer's Python worker.
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ from pyflink.datastream import ProcessFunction, RuntimeContext
 
 from lakestream.gold import GOLD_SCHEMA, LAYER_REALTIME, METRICS_SCHEMA, GoldSettings, kind_array
 from lakestream.merge_spec import MergeSpec
-from udfs.checkpoint_markers import DATA, KIND_FIELD, OPEN, PAYLOAD_FIELD, Marker, discard
+from udfs.checkpoint_markers import DATA, KIND_FIELD, OPEN, PAYLOAD_FIELD, Marker
 from udfs.delta_sink import DeltaSinkSpec, TableWriters
+from udfs.global_commit import SecondSink
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyflink.datastream import DataStream
@@ -183,8 +184,10 @@ def speed_layer(
     *,
     parallelism: int,
     lineage_start_ms: int | None = None,
-) -> None:
-    """Attach the speed layer to the de-dup operator's stream ``deduped`` (its side output).
+) -> SecondSink:
+    """Attach the speed layer to the de-dup operator's stream ``deduped`` (its side output), up to the
+    gold writer, which it returns: the caller runs it (``commit_globally(beside=...)`` runs it in the
+    silver committer's Python worker).
 
     ``lineage_start_ms``: the newest event time the lineage this run continues recorded (the maximum
     of the watermark seeds); windows starting at or before it are left to the batch layer, as this
@@ -193,7 +196,7 @@ def speed_layer(
     Operator uids: ``ingest-gold-lateness`` (Java, at the job's parallelism, chained to the de-dup),
     the SQL operators (``table.exec.uid.generation = ALWAYS``:
     ``ingest-gold-sql-<query digest>-<node>_<kind>``),
-    ``ingest-gold-upsert-markers`` (Java, 1), ``ingest-gold-writer`` (Python, 1), ``ingest-gold-end``.
+    ``ingest-gold-upsert-markers`` (Java, 1); the writer gets the uid of the operator it runs in.
     """
     from pyflink.datastream import DataStream
     from pyflink.java_gateway import get_gateway
@@ -249,14 +252,7 @@ def speed_layer(
         .uid("ingest-gold-upsert-markers")
         .setParallelism(1)
     )
-    reports = (
-        DataStream(j_marked)
-        .process(GoldSinkFunction(spec), output_type=Types.STRING())
-        .name("gold writer")
-        .uid("ingest-gold-writer")
-        .set_parallelism(1)
-    )
-    discard(reports, name="gold end", uid="ingest-gold-end", parallelism=1)
+    return SecondSink(DataStream(j_marked), GoldSinkFunction(spec), "gold writer")
 
 
 def gold_query(settings: GoldSettings) -> str:

@@ -1,11 +1,14 @@
-"""Upgrade: an ingest checkpoint of the version before the speed layer restores into the new graph.
+"""Upgrade: ingest checkpoints of earlier graphs restore into the current one.
 
-The old version (the commit before the speed layer, from this repository's history, with its own Java
-operators built from it) runs unbounded and is killed mid-stream; the new version is started on the
-same checkpoint folder and tables. It must resume from that checkpoint (the de-dup state, watermarks and
-sinks' run id restored, the speed layer's operators starting empty) and write gold for the events it
-reads: windows that only the new version saw equal the reference; windows the old version had begun
-can only hold fewer events (DESIGN.md section 11.6: backfill them).
+The old version (a commit from this repository's history, with its own Java operators built from it)
+runs unbounded and is killed mid-stream; the new version is started on the same checkpoint folder and
+tables and must resume from that checkpoint (DESIGN.md section 11.6, "Graph change"):
+
+- From before the speed layer: the de-dup state, watermarks and sinks' run id restored, the speed
+  layer's operators starting empty. Windows that only the new version saw equal the reference; windows
+  the old version had begun can only hold fewer events (backfill them).
+- From before the gold writer moved into the silver committer's operator: the gold SQL's state is
+  restored too, so every window equals the reference, and silver holds every order.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from deltalake import DeltaTable
 
 from devtools.processes import kill_group
 from lakestream.gold import reference_aggregate
@@ -34,6 +38,8 @@ pytestmark = pytest.mark.integration
 
 #: The last commit before the speed layer changed the ingest graph.
 BEFORE_SPEED_LAYER = "592855b"
+#: The last commit with the gold writer in a Python operator [ingest-gold-writer] of its own.
+BEFORE_SHARED_WORKER = "a45eddd"
 
 
 def test_a_checkpoint_from_before_the_speed_layer_restores_into_the_new_graph(
@@ -87,3 +93,49 @@ def test_a_checkpoint_from_before_the_speed_layer_restores_into_the_new_graph(
     for w, row in got.items():
         if w in expected_before:
             assert row["events"] <= expected_before[w]["events"], w
+
+
+def test_a_checkpoint_with_a_gold_writer_of_its_own_restores_with_its_state(
+    kafka: str, lakehouse: Path, tmp_path: Path
+) -> None:
+    old = old_tree(BEFORE_SHARED_WORKER, tmp_path / "old")
+    topics, env = gold_env(kafka, tmp_path, lakehouse)
+    before = scenario(seed=7, minutes=15, late_ratio=0.0)
+    after = scenario(seed=8, minutes=15, late_ratio=0.0, start=START + timedelta(minutes=15))
+    log = tmp_path / "ingest.log"
+    produce(kafka, topics, before)
+    first = start_unbounded({**env, "PYTHONPATH": str(old)}, log, cwd=old)
+    try:
+        wait_for(lakehouse, {"bronze/order_events": len(before)}, first, log, timeout=240)
+        deadline = time.monotonic() + 120
+        while not gold_rows(lakehouse):  # the old writer committed: its tables and txns are in play
+            assert first.poll() is None, log.read_text()[-4000:]
+            assert time.monotonic() < deadline, log.read_text()[-4000:]
+            time.sleep(0.5)
+        time.sleep(2.5)  # a few more checkpoints
+    finally:
+        kill_group(first)
+    produce(kafka, topics, after)
+
+    log2 = tmp_path / "ingest-new.log"
+    second = start_unbounded(env, log2)
+    counted, beyond = classify(before + after)
+    assert not beyond
+    expected = metrics_of(reference_aggregate([e.gold_input() for e in counted], SETTINGS))
+    try:
+        wait_for(lakehouse, {"bronze/order_events": len(before) + len(after)}, second, log2, timeout=240)
+        deadline = time.monotonic() + 120
+        while (got := metrics_of(list(gold_rows(lakehouse).values()))) != expected:
+            assert second.poll() is None, log2.read_text()[-4000:]
+            assert time.monotonic() < deadline, f"gold {got}\nexpected {expected}"
+            time.sleep(1)
+        time.sleep(3)  # more checkpoints: nothing may be counted twice
+        got = metrics_of(list(gold_rows(lakehouse).values()))
+    finally:
+        kill_group(second)
+    assert "resuming from checkpoint" in log2.read_text()
+    assert got == expected
+    assert table_rows(lakehouse, "bronze/order_events") == len(before) + len(after)
+    orders = {e.order_id for e in before + after if e.order_id is not None}
+    silver = DeltaTable(str(lakehouse / "silver/orders")).to_pyarrow_table(columns=["order_id"])
+    assert sorted(silver.column("order_id").to_pylist()) == sorted(orders)

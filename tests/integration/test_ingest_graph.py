@@ -1,7 +1,8 @@
 """The ingest job graph as Flink builds it (a real JVM in a child process, nothing executed): the stable
 operator uids that checkpoints are restored by, every stage at the job's parallelism, the stream keyed
 in front of the de-dup operator, the silver committer alone at parallelism 1, and the speed layer
-(``gold.enabled``) behind the de-dup's side output, with uids of its own, or absent."""
+(``gold.enabled``) behind the de-dup's side output, with uids of its own, its writer the silver
+committer's second input, or absent."""
 
 from __future__ import annotations
 
@@ -74,8 +75,6 @@ GOLD_UIDS = {
     f"{SQL}8_constraint-validator",
     f"{SQL}8_external-datastream",
     "ingest-gold-upsert-markers",
-    "ingest-gold-writer",
-    "ingest-gold-end",
 }
 #: At the job's parallelism, chained after the de-dup: the event rows and their pre-aggregation.
 GOLD_PARALLEL = {
@@ -114,6 +113,12 @@ def test_the_speed_layer_hangs_off_the_dedup_side_output_and_is_gone_when_disabl
     # The stamp reads the changelog and, on its second input, the lateness gate's watermarks.
     sources = {src for src, _ in nodes["ingest-gold-upsert-markers"]["in"]}  # type: ignore[attr-defined]
     assert sources == {f"{SQL}8_external-datastream", "ingest-gold-lateness"}
+    # The gold writer is the silver committer's second input: one Python worker for both sinks.
+    inputs = sorted(tuple(edge) for edge in nodes["ingest-silver-committer"]["in"])  # type: ignore[attr-defined]
+    assert inputs == [
+        ("ingest-gold-upsert-markers", "FORWARD"),
+        ("ingest-silver-committer-markers", "FORWARD"),
+    ]
     # Off: the graph of the five tables only, exactly as before the speed layer.
     assert set(_graph(tmp_path, gold=False)) == UIDS
 
