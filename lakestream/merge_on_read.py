@@ -35,11 +35,28 @@ def check_sequenced(spec: MergeSpec, seq: str) -> None:
 
 
 def in_arrival_order(snapshot: pa.Table, changes: pa.Table, seq: str) -> pa.Table:
-    """Snapshot rows and change rows as one table ordered by sequence, the snapshot row first on a tie
-    (a null sequence, folded before sequences existed, first of all)."""
-    rows = pa.concat_tables([snapshot, changes.select(snapshot.column_names).cast(snapshot.schema)])
+    """Snapshot rows and change rows as one table in which each key's rows are in sequence order, the
+    snapshot row first on a tie (a null sequence, folded before sequences existed, first of all).
+
+    When every change has a sequence above every snapshot row's (changes read above the fold point,
+    as every caller reads them), only the changes are sorted, and the snapshot's rows (in a fold, the
+    cell's: its largest allocation) are not copied. Otherwise all rows are sorted by sequence.
+    """
+    changes = changes.select(snapshot.column_names).cast(snapshot.schema)
+    if _all_above(snapshot[seq], changes[seq]):
+        order = pc.sort_indices(changes, sort_keys=[(seq, "ascending")])
+        return pa.concat_tables([snapshot, changes.take(order)])
+    rows = pa.concat_tables([snapshot, changes])
     order = pc.sort_indices(rows, sort_keys=[(seq, "ascending")], null_placement="at_start")
     return rows.take(order)
+
+
+def _all_above(snapshot_seq: pa.ChunkedArray, changes_seq: pa.ChunkedArray) -> bool:
+    """Whether every change sequence is set and at least every snapshot sequence (nulls: lowest)."""
+    if changes_seq.null_count or len(changes_seq) == 0:
+        return False
+    top = pc.max(snapshot_seq).as_py()
+    return top is None or top <= pc.min(changes_seq).as_py()
 
 
 def current_rows(snapshot: pa.Table, changes: pa.Table, spec: MergeSpec, seq: str) -> pa.Table:

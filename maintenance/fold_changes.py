@@ -301,12 +301,17 @@ def replace_cells(
             else:
                 base = table.schema.empty_table()
             current = current_rows(base, mine, table.spec, table.seq)
-            current = current.take(pc.sort_indices(current, sort_keys=[(key, "ascending")]))
+            del base, mine  # not needed for the sort and the writes
             written += current.num_rows
             if table.event_time is not None:
                 newest.append(current.select([table.event_time]))
-            for part in _cut(current, file_rows):
-                write_deltalake(stage_uri, part, mode="append", storage_options=options)
+            # Sorted by key one file at a time: no sorted copy of the whole cell.
+            order = pc.sort_indices(current, sort_keys=[(key, "ascending")])
+            for start, stop in _cut(current.num_rows, file_rows):
+                write_deltalake(
+                    stage_uri, current.take(order[start:stop]), mode="append", storage_options=options
+                )
+            del current, order
         adds = _staged_adds(fs)
         now = now_ms()
         removes = [RemoveAction(f.path, True, now, f.size, {}) for f in removed]
@@ -339,11 +344,12 @@ def _abandon_stage(fs: pafs.FileSystem, snapshot: DeltaTable) -> None:
     _delete(fs, STAGE_LOG)
 
 
-def _cut(rows: pa.Table, file_rows: int) -> list[pa.Table]:
-    """``rows`` in order, cut into parts of equal size of at most ``file_rows`` rows (one if empty)."""
-    parts = max(1, -(-rows.num_rows // max(1, file_rows)))
-    size = -(-rows.num_rows // parts)
-    return [rows.slice(k * size, size) for k in range(parts) if k * size < rows.num_rows]
+def _cut(rows: int, file_rows: int) -> list[tuple[int, int]]:
+    """``rows`` rows in order, cut into parts of equal size of at most ``file_rows`` rows (none if
+    empty): each part's ``(start, stop)``."""
+    parts = max(1, -(-rows // max(1, file_rows)))
+    size = -(-rows // parts)
+    return [(k * size, min(rows, (k + 1) * size)) for k in range(parts) if k * size < rows]
 
 
 def _staged_adds(fs: pafs.FileSystem) -> list[AddAction]:

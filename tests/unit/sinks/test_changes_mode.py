@@ -271,9 +271,12 @@ def test_current_rows_and_the_view_equal_the_fold_for_any_fold_point(
     for t in change_tables[:upto]:
         snapshot = current_rows(snapshot, t, SILVER_MOR_MERGE, CHANGE_SEQ)
     changes = pa.concat_tables(change_tables) if change_tables else SILVER_MOR_SCHEMA.empty_table()
+    # All changes (some at or below the snapshot's sequences: every row sorted) and those above its
+    # fold point (only the changes sorted), each in commit order and reversed.
     for kept in (changes, changes.filter(pa.compute.greater_equal(changes[CHANGE_SEQ], upto))):
-        got = current_rows(snapshot, kept, SILVER_MOR_MERGE, CHANGE_SEQ)
-        assert silver_only(got).equals(expected(applied))
+        for rows in (kept, kept.take(pa.array(range(kept.num_rows - 1, -1, -1), pa.int64()))):
+            got = current_rows(snapshot, rows, SILVER_MOR_MERGE, CHANGE_SEQ)
+            assert silver_only(got).equals(expected(applied))
 
 
 def test_a_row_folded_before_sequences_loses_a_time_tie_to_any_change(tmp_path: Path) -> None:
