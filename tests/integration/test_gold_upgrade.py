@@ -42,6 +42,26 @@ BEFORE_SPEED_LAYER = "592855b"
 BEFORE_SHARED_WORKER = "a45eddd"
 
 
+def run_old_then_kill(
+    old: Path, env: dict[str, str], lakehouse: Path, log: Path, *, bronze_rows: int, gold: bool = False
+) -> None:
+    """Run the old tree unbounded until bronze holds ``bronze_rows`` (and, with ``gold``, gold has
+    rows), a few checkpoints more, then kill it mid-stream. The old tree goes first on the path of the
+    client and of the Python workers the JVM starts (which would otherwise import this tree's packages
+    through the editable install)."""
+    first = start_unbounded({**env, "PYTHONPATH": str(old)}, log, cwd=old)
+    try:
+        wait_for(lakehouse, {"bronze/order_events": bronze_rows}, first, log, timeout=240)
+        deadline = time.monotonic() + 120
+        while gold and not gold_rows(lakehouse):
+            assert first.poll() is None, log.read_text()[-4000:]
+            assert time.monotonic() < deadline, log.read_text()[-4000:]
+            time.sleep(0.5)
+        time.sleep(2.5)  # a few more checkpoints
+    finally:
+        kill_group(first)
+
+
 def test_a_checkpoint_from_before_the_speed_layer_restores_into_the_new_graph(
     kafka: str, lakehouse: Path, tmp_path: Path
 ) -> None:
@@ -52,16 +72,9 @@ def test_a_checkpoint_from_before_the_speed_layer_restores_into_the_new_graph(
     log = tmp_path / "ingest.log"
     produce(kafka, topics, before)
 
-    # The old tree first on the path of the client and of the Python workers the JVM starts (which
-    # would otherwise import this tree's packages through the editable install).
-    # It has no [gold] section.
+    # The old tree has no [gold] section.
     old_env = {k: v for k, v in env.items() if "__GOLD__" not in k}
-    first = start_unbounded({**old_env, "PYTHONPATH": str(old)}, log, cwd=old)
-    try:
-        wait_for(lakehouse, {"bronze/order_events": len(before)}, first, log, timeout=240)
-        time.sleep(2.5)  # a few more checkpoints
-    finally:
-        kill_group(first)
+    run_old_then_kill(old, old_env, lakehouse, log, bronze_rows=len(before))
     assert not (lakehouse / "gold").exists()  # the old version has no speed layer
     produce(kafka, topics, after)
 
@@ -104,17 +117,8 @@ def test_a_checkpoint_with_a_gold_writer_of_its_own_restores_with_its_state(
     after = scenario(seed=8, minutes=15, late_ratio=0.0, start=START + timedelta(minutes=15))
     log = tmp_path / "ingest.log"
     produce(kafka, topics, before)
-    first = start_unbounded({**env, "PYTHONPATH": str(old)}, log, cwd=old)
-    try:
-        wait_for(lakehouse, {"bronze/order_events": len(before)}, first, log, timeout=240)
-        deadline = time.monotonic() + 120
-        while not gold_rows(lakehouse):  # the old writer committed: its tables and txns are in play
-            assert first.poll() is None, log.read_text()[-4000:]
-            assert time.monotonic() < deadline, log.read_text()[-4000:]
-            time.sleep(0.5)
-        time.sleep(2.5)  # a few more checkpoints
-    finally:
-        kill_group(first)
+    # Killed once the old writer committed gold: its tables and txns are in play.
+    run_old_then_kill(old, env, lakehouse, log, bronze_rows=len(before), gold=True)
     produce(kafka, topics, after)
 
     log2 = tmp_path / "ingest-new.log"
