@@ -234,7 +234,13 @@ def run_kafka_job(cfg: Config, args: argparse.Namespace, job: KafkaJob) -> int:
         run_id=lineage.run_id,
         **options,
     )
-    result = execute_job(env, job.job_name, cfg.flink)
+    try:
+        result = execute_job(env, job.job_name, cfg.flink)
+    except Exception as exc:
+        refused = None if plan.checkpoint is None else resume.unrestorable(exc, plan.checkpoint, args.command)
+        if refused is not None:
+            raise refused from exc
+        raise
     if detached(result):
         print("submitted detached: the next run continues from this run's checkpoints", flush=True)
         return 0

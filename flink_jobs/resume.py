@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 import time
 import uuid
@@ -262,6 +263,35 @@ def plan_start(
     if checkpoint is not None:
         return StartPlan("restore", newest, checkpoint, "the previous run did not end by itself")
     return StartPlan("new", reason="the previous run stopped before its first checkpoint")
+
+
+#: What Flink says when a checkpoint holds state of an operator uid the submitted graph does not have.
+_UNMAPPED_STATE = re.compile(r"Cannot map checkpoint/savepoint state for operator (\w+) to the new program")
+
+
+def unrestorable(exc: BaseException, checkpoint: Path, command: str) -> ResumeError | None:
+    """The error to show when ``exc`` is Flink refusing ``checkpoint`` for state this graph cannot take.
+
+    That happens after an upgrade that changed the job graph (an operator gone, or the gold SQL
+    planned anew: README, "Limitations") and after a change of a setting that shapes the gold query.
+    The way on needs no checkpoint restore: a bounded run settles the checkpoint into the tables and
+    starts a new lineage where they stand (DESIGN.md section 9). None: ``exc`` is something else.
+    """
+    found = _UNMAPPED_STATE.search(str(exc))
+    if found is None:
+        return None
+    gold = (
+        "; then backfill the gold windows the previous run had begun (`lakestream backfill`)"
+        if command == "ingest"
+        else ""
+    )
+    return ResumeError(
+        f"checkpoint {checkpoint} holds state of operator {found.group(1)}, which this version of the job "
+        "graph does not have (an upgrade changed the graph, or a setting that shapes the gold query "
+        f"changed); nothing was written. Run the same `lakestream {command}` command once with --bounded "
+        f"added: it commits what that checkpoint holds and reads on to the current end{gold}; then start "
+        "the job as before"
+    )
 
 
 def checkpoint_id(checkpoint: Path) -> int:

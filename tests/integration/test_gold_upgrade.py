@@ -1,4 +1,5 @@
-"""Upgrade: ingest checkpoints of earlier graphs restore into the current one.
+"""Upgrade: ingest checkpoints of earlier graphs restore into the current one; one whose gold query
+differs is refused with the way on.
 
 The old version (a commit from this repository's history, with its own Java operators built from it)
 runs unbounded and is killed mid-stream; the new version is started on the same checkpoint folder and
@@ -21,7 +22,7 @@ import pytest
 from deltalake import DeltaTable
 
 from devtools.processes import kill_group
-from lakestream.gold import reference_aggregate
+from lakestream.gold import GoldSettings, reference_aggregate
 from tests.integration.test_gold_speed_layer import (
     SETTINGS,
     START,
@@ -32,7 +33,8 @@ from tests.integration.test_gold_speed_layer import (
     produce,
     scenario,
 )
-from tests.support.ingest_job import old_tree, start_unbounded, table_rows, wait_for
+from tests.support.cli import run_cli
+from tests.support.ingest_job import ROOT, old_tree, start_unbounded, table_rows, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -40,6 +42,7 @@ pytestmark = pytest.mark.integration
 BEFORE_SPEED_LAYER = "592855b"
 #: The last commit with the gold writer in a Python operator [ingest-gold-writer] of its own.
 BEFORE_SHARED_WORKER = "a45eddd"
+GOLD_10M = "gold/order_metrics_10m"
 
 
 def run_old_then_kill(
@@ -143,3 +146,45 @@ def test_a_checkpoint_with_a_gold_writer_of_its_own_restores_with_its_state(
     orders = {e.order_id for e in before + after if e.order_id is not None}
     silver = DeltaTable(str(lakehouse / "silver/orders")).to_pyarrow_table(columns=["order_id"])
     assert sorted(silver.column("order_id").to_pylist()) == sorted(orders)
+
+
+def test_a_checkpoint_of_another_gold_query_is_refused_with_the_way_on(
+    kafka: str, lakehouse: Path, tmp_path: Path
+) -> None:
+    """``gold.window`` changed under a live lineage: the gold SQL's state of the old query has no place
+    in the new graph. The unbounded run stops before writing anything, saying what to do; doing it
+    (one bounded run, a backfill of the windows the old run had begun) gives exact gold rows."""
+    topics, env = gold_env(kafka, tmp_path, lakehouse)
+    before = scenario(seed=11, minutes=15, late_ratio=0.0)
+    after = scenario(seed=12, minutes=15, late_ratio=0.0, start=START + timedelta(minutes=15))
+    log = tmp_path / "ingest.log"
+    produce(kafka, topics, before)
+    run_old_then_kill(ROOT, env, lakehouse, log, bronze_rows=len(before), gold=True)
+    produce(kafka, topics, after)
+    ten = {**env, "LAKESTREAM__GOLD__WINDOW": '"10m"', "LAKESTREAM__GOLD__TABLE": GOLD_10M}
+    versions = {t: DeltaTable(str(lakehouse / t)).version() for t in ("bronze/order_events", "silver/orders")}
+
+    log2 = tmp_path / "ingest-10m.log"
+    refused = start_unbounded(ten, log2)
+    try:
+        assert refused.wait(timeout=240) == 2, log2.read_text()[-4000:]
+    finally:
+        kill_group(refused)
+    said = log2.read_text()
+    assert "holds state of operator" in said and "command once with --bounded" in said, said[-4000:]
+    assert "lakestream backfill" in said
+    assert {t: DeltaTable(str(lakehouse / t)).version() for t in versions} == versions  # nothing written
+    assert not (lakehouse / GOLD_10M).exists()
+
+    drained = run_cli("ingest", "--bounded", env=ten, timeout=300)
+    assert "settling the previous run at checkpoint" in drained.stdout
+    # The windows the old run had begun (its events reach 15 minutes and some jitter past START); the
+    # bounded run saw every event of the later ones.
+    begun = (START - timedelta(minutes=10), START + timedelta(minutes=20))
+    run_cli("backfill", "--from", begun[0].isoformat(), "--to", begun[1].isoformat(), env=ten)
+    counted, beyond = classify(before + after)
+    assert not beyond
+    ten_minutes = GoldSettings(window=timedelta(minutes=10), allowed_lateness=SETTINGS.allowed_lateness)
+    got = DeltaTable(str(lakehouse / GOLD_10M)).to_pyarrow_table().to_pylist()
+    assert metrics_of(got) == metrics_of(reference_aggregate([e.gold_input() for e in counted], ten_minutes))
+    assert table_rows(lakehouse, "bronze/order_events") == len(before) + len(after)  # nothing twice

@@ -9,9 +9,11 @@ import pytest
 from flink_jobs.resume import (
     JobFolder,
     Lineage,
+    ResumeError,
     lineage_ended,
     lineage_for_run,
     plan_start,
+    unrestorable,
 )
 from sinks.ownership import EOI_CHECKPOINT_ID
 
@@ -216,3 +218,20 @@ def test_settle_puts_every_table_at_the_checkpoints_cut(tmp_path: Path) -> None:
     )
     assert read_progress(table, "job/t", ["kafka/a/0", "kafka/a/1"]) == {"kafka/a/0": 25, "kafka/a/1": 25}
     assert not list((tmp_path / "t" / "_lakestream" / "manifests").rglob("*.json"))
+
+
+def test_a_checkpoint_refused_for_state_the_graph_lacks_says_the_way_on() -> None:
+    checkpoint = Path("/ck/ingest/run/job/chk-3")
+    flink = RuntimeError(
+        "java.lang.IllegalStateException: Failed to rollback to checkpoint/savepoint file:/ck/chk-3. Cannot "
+        "map checkpoint/savepoint state for operator 72748311d0262ee7e86cb9b3a76ad5d6 to the new program, "
+        "because the operator is not available in the new program."
+    )
+    refused = unrestorable(flink, checkpoint, "ingest")
+    assert isinstance(refused, ResumeError)
+    said = str(refused)
+    assert str(checkpoint) in said and "72748311d0262ee7e86cb9b3a76ad5d6" in said
+    assert "`lakestream ingest` command once with --bounded" in said and "lakestream backfill" in said
+    # Other jobs have no gold windows to backfill; other failures are not this one.
+    assert "backfill" not in str(unrestorable(flink, checkpoint, "land"))
+    assert unrestorable(RuntimeError("TaskManager lost"), checkpoint, "ingest") is None
