@@ -3,7 +3,8 @@
 A re-delivery (the same bytes again, as a producer retry or a payment callback sent twice) whose first
 copy was committed before the job was killed must still be recognised after the restore: counted once in
 ``events_duplicate`` (recorded in silver's commits, ``lakestream.counters``, so it survives the kill) and
-applied once. The same across restores at parallelism 2 -> 1 -> 2, with every table exact.
+applied once. The same across restores at parallelism 2 -> 1 -> 2, with every table exact, the gold
+window's counts included (its aggregate state is rescaled by key group too).
 """
 
 from __future__ import annotations
@@ -16,14 +17,17 @@ from typing import Any
 
 import pytest
 from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
 from kafka import KafkaProducer
 
 from devtools.processes import kill_group
 from lakestream.flink_runtime import latest_checkpoint
+from lakestream.gold import METRIC_NAMES, GoldSettings, aggregate, gold_inputs
 from tests.support.ingest_job import ROOT, old_tree, setup_topics, start_unbounded, table_rows, wait_for
 
 pytestmark = pytest.mark.integration
 PAID_AT = 1717214400000  # 2024-06-01T04:00:00Z
+GOLD = "gold/order_metrics_5m"
 #: The last commit whose jobs ran RocksDB without bloom filters and partitioned index/filters.
 BEFORE_ROCKSDB_FILTERS = "940acce"
 
@@ -32,6 +36,11 @@ def payment(i: int) -> bytes:
     return json.dumps(
         {"payId": f"P{i}", "orderId": f"o{i}", "payMoney": 100 + i, "paidAt": PAID_AT + i}
     ).encode()
+
+
+def behaviour(i: int) -> bytes:
+    """A click of user ``u{i // 2}``: gold counts it (events, active users); silver does not."""
+    return json.dumps({"uid": f"u{i // 2}", "event": "click", "ts": PAID_AT + i}).encode()
 
 
 def send(kafka: str, topic: str, values: list[bytes]) -> None:
@@ -61,13 +70,32 @@ def run_until(
     *,
     settle: float = 2.0,
     cwd: Path = ROOT,
+    gold: dict[str, int] | None = None,
 ) -> None:
+    """Start the job, wait for ``counts`` (and the gold window's ``gold`` metrics), kill -9 it."""
     proc = start_unbounded(env, log, cwd=cwd)
     try:
         wait_for(lakehouse, counts, proc, log)
+        if gold is not None:
+            wait_for_gold(lakehouse, gold, proc, log)
         time.sleep(settle)  # a few more checkpoints; the kill lands anywhere between them
     finally:
         kill_group(proc)  # kill -9 of the whole process group: no clean shutdown
+
+
+def wait_for_gold(lakehouse: Path, metrics: dict[str, int], proc: Any, log: Path) -> None:
+    """Until the one gold window has ``metrics`` committed (commits trail bronze's by a checkpoint)."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            rows = DeltaTable(str(lakehouse / GOLD)).to_pyarrow_table().to_pylist()
+        except TableNotFoundError:
+            rows = []
+        if len(rows) == 1 and {m: rows[0][m] for m in metrics} == metrics:
+            return
+        assert proc.poll() is None, f"job exited early:\n{log.read_text()[-4000:]}"
+        assert time.monotonic() < deadline, f"gold {rows}, expected {metrics}\n{log.read_text()[-3000:]}"
+        time.sleep(0.5)
 
 
 def assert_silver(lakehouse: Path, orders: range) -> None:
@@ -99,21 +127,25 @@ def test_restores_at_another_parallelism_keep_the_dedup_state(
     topics, env = setup_topics(kafka, tmp_path, lakehouse, partitions=2)
     log = tmp_path / "ingest.log"
     send(kafka, topics["payments"], [payment(i) for i in range(12)])
-    run_until(env, log, lakehouse, {"silver/orders": 12, "bronze/order_events": 12})
+    send(kafka, topics["behaviour"], [behaviour(i) for i in range(6)])
+    run_until(env, log, lakehouse, {"silver/orders": 12, "bronze/order_events": 18})
 
     send(kafka, topics["payments"], [payment(i) for i in (2, 7, 12)])  # two re-deliveries
+    send(kafka, topics["behaviour"], [behaviour(i) for i in (3, 6, 7)])  # one re-delivery
     run_until(
         {**env, "LAKESTREAM__FLINK__PARALLELISM": "1"},
         log,
         lakehouse,
-        {"bronze/order_events": 15, "silver/orders": 13},
+        {"bronze/order_events": 24, "silver/orders": 13},
     )
 
     send(kafka, topics["payments"], [payment(i) for i in (5, 12, 13)])  # two more, one of them new above
-    run_until(env, log, lakehouse, {"bronze/order_events": 18, "silver/orders": 14})
+    send(kafka, topics["behaviour"], [behaviour(i) for i in (0, 6, 8)])  # two more, one of them new
+    gold = {"events": 14 + 9, "payments": 14, "active_users": 5, "orders_created": 0}
+    run_until(env, log, lakehouse, {"bronze/order_events": 30, "silver/orders": 14}, gold=gold)
 
     assert log.read_text().count("resuming from checkpoint") == 2
-    assert counters(lakehouse, "events_duplicate") == 4
+    assert counters(lakehouse, "events_duplicate") == 4 + 3
     assert counters(lakehouse, "silver_changes") == 14
     assert_silver(lakehouse, range(14))
     bronze = DeltaTable(str(lakehouse / "bronze/order_events")).to_pyarrow_table()
@@ -125,7 +157,13 @@ def test_restores_at_another_parallelism_keep_the_dedup_state(
             strict=True,
         )
     )
-    assert len(coords) == len(set(coords)) == 18
+    assert len(coords) == len(set(coords)) == 30
+    # The gold window equals the recompute from bronze (each event id once) and the counts sent.
+    [row] = DeltaTable(str(lakehouse / GOLD)).to_pyarrow_table().to_pylist()
+    [expected] = aggregate(gold_inputs(bronze), GoldSettings()).to_pylist()
+    assert {m: row[m] for m in METRIC_NAMES} == {m: expected[m] for m in METRIC_NAMES}
+    assert {m: row[m] for m in gold} == gold
+    assert row["gmv"] == sum(Decimal(100 + i) for i in range(14)) / 100
 
 
 def dedup_lookup_options(checkpoints: Path) -> list[bool]:
