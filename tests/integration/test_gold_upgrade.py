@@ -26,6 +26,7 @@ from lakestream.gold import GoldSettings, reference_aggregate
 from tests.integration.test_gold_speed_layer import (
     SETTINGS,
     START,
+    Event,
     classify,
     gold_env,
     gold_rows,
@@ -63,6 +64,21 @@ def run_old_then_kill(
         time.sleep(2.5)  # a few more checkpoints
     finally:
         kill_group(first)
+
+
+def killed_between_halves(
+    tree: Path, kafka: str, lakehouse: Path, tmp_path: Path, *, seed: int
+) -> tuple[dict[str, str], list[Event], list[Event]]:
+    """Two 15-minute halves of a scenario: the first produced and ingested by ``tree`` unbounded, which
+    is killed once it committed gold rows (its tables and txns are in play); then the second
+    produced. The job's environment and both halves."""
+    topics, env = gold_env(kafka, tmp_path, lakehouse)
+    before = scenario(seed=seed, minutes=15, late_ratio=0.0)
+    after = scenario(seed=seed + 1, minutes=15, late_ratio=0.0, start=START + timedelta(minutes=15))
+    produce(kafka, topics, before)
+    run_old_then_kill(tree, env, lakehouse, tmp_path / "ingest.log", bronze_rows=len(before), gold=True)
+    produce(kafka, topics, after)
+    return env, before, after
 
 
 def test_a_checkpoint_from_before_the_speed_layer_restores_into_the_new_graph(
@@ -115,14 +131,7 @@ def test_a_checkpoint_with_a_gold_writer_of_its_own_restores_with_its_state(
     kafka: str, lakehouse: Path, tmp_path: Path
 ) -> None:
     old = old_tree(BEFORE_SHARED_WORKER, tmp_path / "old")
-    topics, env = gold_env(kafka, tmp_path, lakehouse)
-    before = scenario(seed=7, minutes=15, late_ratio=0.0)
-    after = scenario(seed=8, minutes=15, late_ratio=0.0, start=START + timedelta(minutes=15))
-    log = tmp_path / "ingest.log"
-    produce(kafka, topics, before)
-    # Killed once the old writer committed gold: its tables and txns are in play.
-    run_old_then_kill(old, env, lakehouse, log, bronze_rows=len(before), gold=True)
-    produce(kafka, topics, after)
+    env, before, after = killed_between_halves(old, kafka, lakehouse, tmp_path, seed=7)
 
     log2 = tmp_path / "ingest-new.log"
     second = start_unbounded(env, log2)
@@ -154,13 +163,7 @@ def test_a_checkpoint_of_another_gold_query_is_refused_with_the_way_on(
     """``gold.window`` changed under a live lineage: the gold SQL's state of the old query has no place
     in the new graph. The unbounded run stops before writing anything, saying what to do; doing it
     (one bounded run, a backfill of the windows the old run had begun) gives exact gold rows."""
-    topics, env = gold_env(kafka, tmp_path, lakehouse)
-    before = scenario(seed=11, minutes=15, late_ratio=0.0)
-    after = scenario(seed=12, minutes=15, late_ratio=0.0, start=START + timedelta(minutes=15))
-    log = tmp_path / "ingest.log"
-    produce(kafka, topics, before)
-    run_old_then_kill(ROOT, env, lakehouse, log, bronze_rows=len(before), gold=True)
-    produce(kafka, topics, after)
+    env, before, after = killed_between_halves(ROOT, kafka, lakehouse, tmp_path, seed=11)
     ten = {**env, "LAKESTREAM__GOLD__WINDOW": '"10m"', "LAKESTREAM__GOLD__TABLE": GOLD_10M}
     versions = {t: DeltaTable(str(lakehouse / t)).version() for t in ("bronze/order_events", "silver/orders")}
 
