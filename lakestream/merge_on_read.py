@@ -14,6 +14,7 @@ and ``view_sql`` (SQL) are its two interpreters, property-tested against ``Merge
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -40,12 +41,14 @@ def in_arrival_order(snapshot: pa.Table, changes: pa.Table, seq: str) -> pa.Tabl
 
     When every change has a sequence above every snapshot row's (changes read above the fold point,
     as every caller reads them), only the changes are sorted, and the snapshot's rows (in a fold, the
-    cell's: its largest allocation) are not copied. Otherwise all rows are sorted by sequence.
+    cell's: its largest allocation) are not copied; changes read in sequence order (``scan`` reads
+    the changes table's files so) are not copied either. Otherwise all rows are sorted by sequence.
     """
     changes = changes.select(snapshot.column_names).cast(snapshot.schema)
     if _all_above(snapshot[seq], changes[seq]):
-        order = pc.sort_indices(changes, sort_keys=[(seq, "ascending")])
-        return pa.concat_tables([snapshot, changes.take(order)])
+        if not _ascending(changes[seq]):
+            changes = changes.take(pc.sort_indices(changes, sort_keys=[(seq, "ascending")]))
+        return pa.concat_tables([snapshot, changes])
     rows = pa.concat_tables([snapshot, changes])
     order = pc.sort_indices(rows, sort_keys=[(seq, "ascending")], null_placement="at_start")
     return rows.take(order)
@@ -57,6 +60,12 @@ def _all_above(snapshot_seq: pa.ChunkedArray, changes_seq: pa.ChunkedArray) -> b
         return False
     top = pc.max(snapshot_seq).as_py()
     return top is None or top <= pc.min(changes_seq).as_py()
+
+
+def _ascending(values: pa.ChunkedArray) -> bool:
+    """Whether ``values`` (no nulls) never decrease."""
+    v = np.asarray(values.to_numpy())
+    return bool(np.all(v[1:] >= v[:-1]))
 
 
 def current_rows(snapshot: pa.Table, changes: pa.Table, spec: MergeSpec, seq: str) -> pa.Table:

@@ -292,7 +292,8 @@ def replace_cells(
     written = 0
     try:
         for i in plan.touched or [0]:
-            mine = rows.filter(pa.array(plan.owner == i))
+            # One touched cell owns every change row: no filtered copy of them.
+            mine = rows if len(plan.touched) <= 1 else rows.filter(pa.array(plan.owner == i))
             if plan.cells:
                 cell = plan.cells[i]
                 removed.extend(cell.files)

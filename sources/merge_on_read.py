@@ -114,17 +114,26 @@ def scan(
 ) -> pa.Table:
     """The table's rows in ``schema``, reading only the files whose statistics allow a match.
 
-    ``min_seq`` (column, value): rows with the column above the value; ``keys`` (column, values): rows
-    whose column holds one of the values; ``paths``: only the files of these paths (as in the log).
-    Plain Parquet reads without threads: pyarrow's dataset scanner left CLI processes aborting at exit
-    (see ``flink_jobs.gold_read.query``). Unpartitioned tables without deletion vectors, as lakestream
-    writes them.
+    ``min_seq`` (column, value): rows with the column above the value, the files read in the order of
+    their least value of the column (a changes table's files each hold one sequence, so its rows come
+    in sequence order); ``keys`` (column, values): rows whose column holds one of the values;
+    ``paths``: only the files of these paths (as in the log). Each file's rows are filtered as it is
+    read, so the peak is the result plus one file. Plain Parquet reads without threads: pyarrow's
+    dataset scanner left CLI processes aborting at exit (see ``flink_jobs.gold_read.query``).
+    Unpartitioned tables without deletion vectors, as lakestream writes them.
     """
     actions = pa.table(dt.get_add_actions(flatten=True))
     keep = np.ones(actions.num_rows, dtype=bool)
+    above = np.zeros(actions.num_rows, dtype=bool)  # every row of the file is above min_seq
     if min_seq is not None and f"max.{min_seq[0]}" in actions.column_names:
-        top = actions[f"max.{min_seq[0]}"]
-        keep &= np.asarray(pc.fill_null(pc.greater(top, min_seq[1]), True), dtype=bool)
+        column, value = min_seq
+        keep &= np.asarray(pc.fill_null(pc.greater(actions[f"max.{column}"], value), True), dtype=bool)
+        if f"min.{column}" in actions.column_names and f"null_count.{column}" in actions.column_names:
+            least = actions[f"min.{column}"]
+            above = np.asarray(pc.fill_null(pc.greater(least, value), False), dtype=bool)
+            above &= np.asarray(pc.fill_null(pc.equal(actions[f"null_count.{column}"], 0), False), dtype=bool)
+            order = np.asarray(pc.sort_indices(least, null_placement="at_start"))
+            actions, keep, above = actions.take(order), keep[order], above[order]
     if keys is not None:
         keep &= _may_hold(actions, *keys)
     if paths is not None:
@@ -133,8 +142,10 @@ def scan(
     fs = open_filesystem(dt.table_uri, storage_options)
     wanted = None if keys is None else pa.array(keys[1], pa.string())
     parts = []
-    for path in np.asarray(actions["path"].to_pylist(), dtype=object)[keep] if actions.num_rows else []:
-        with fs.open_input_file(unquote(str(path))) as fh:
+    chosen = np.flatnonzero(keep)
+    file_paths = actions["path"].to_pylist() if actions.num_rows else []
+    for i in chosen:
+        with fs.open_input_file(unquote(str(file_paths[i]))) as fh:
             pf = pq.ParquetFile(fh)
             present = [n for n in schema.names if n in pf.schema_arrow.names]
             groups = None if keys is None else _groups_holding(pf, keys[0], wanted)
@@ -146,13 +157,14 @@ def scan(
                 data = pf.read_row_groups(groups, columns=present, use_threads=False)
         # A column added to the table later (the sequence column) is null in older files.
         columns = [data[f.name] if f.name in present else pa.nulls(data.num_rows, f.type) for f in schema]
-        parts.append(pa.table(columns, names=schema.names).cast(schema))
-    rows = pa.concat_tables(parts) if parts else schema.empty_table()
-    if min_seq is not None:
-        rows = rows.filter(pc.greater(rows[min_seq[0]], pa.scalar(min_seq[1], pa.int64())))
-    if keys is not None:
-        rows = rows.filter(pc.is_in(rows[keys[0]], value_set=pa.array(keys[1], pa.string())))
-    return rows
+        rows = pa.table(columns, names=schema.names).cast(schema)
+        del data, columns
+        if min_seq is not None and not above[i]:
+            rows = rows.filter(pc.greater(rows[min_seq[0]], pa.scalar(min_seq[1], pa.int64())))
+        if keys is not None:
+            rows = rows.filter(pc.is_in(rows[keys[0]], value_set=wanted))
+        parts.append(rows)
+    return pa.concat_tables(parts) if parts else schema.empty_table()
 
 
 def _groups_holding(pf: pq.ParquetFile, column: str, wanted: Any) -> list[int]:
