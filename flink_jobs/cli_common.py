@@ -179,7 +179,7 @@ def run_kafka_job(cfg: Config, args: argparse.Namespace, job: KafkaJob) -> int:
         kafka=True,
     )
     if plan.action == "complete":
-        _complete_bounded_run(cfg, job, plan, bootstrap)
+        _complete_bounded_run(cfg, job, plan, bootstrap, args.command)
         plan = resume.StartPlan("new", reason="the previous bounded run is complete now")
     elif plan.action == "settle":
         assert plan.lineage is not None and plan.checkpoint is not None
@@ -251,7 +251,7 @@ def run_kafka_job(cfg: Config, args: argparse.Namespace, job: KafkaJob) -> int:
     return 0
 
 
-def _complete_bounded_run(cfg: Config, job: KafkaJob, plan: StartPlan, bootstrap: str) -> None:
+def _complete_bounded_run(cfg: Config, job: KafkaJob, plan: StartPlan, bootstrap: str, command: str) -> None:
     """Finish an interrupted bounded run exactly as it was defined: same run id, parallelism, ends.
 
     Some writers committed their end of input and others did not. Restored from the run's newest
@@ -259,7 +259,7 @@ def _complete_bounded_run(cfg: Config, job: KafkaJob, plan: StartPlan, bootstrap
     end stages nothing more (its input is in) and the others commit theirs: exact (DESIGN.md section 9).
     """
     from flink_jobs.kafka_input import commit_group_offsets, parse_split
-    from flink_jobs.resume import ResumeError, job_folder_of
+    from flink_jobs.resume import ResumeError, job_folder_of, unrestorable
     from lakestream.cluster_slots import execute_job
 
     lineage = plan.lineage
@@ -295,7 +295,17 @@ def _complete_bounded_run(cfg: Config, job: KafkaJob, plan: StartPlan, bootstrap
         run_id=lineage.run_id,
         **options,
     )
-    execute_job(env, f"{job.job_name} (completing run {lineage.run_id})", run_cfg.flink)
+    try:
+        execute_job(env, f"{job.job_name} (completing run {lineage.run_id})", run_cfg.flink)
+    except Exception as exc:
+        refused = (
+            None
+            if plan.checkpoint is None
+            else unrestorable(exc, plan.checkpoint, command, completing=lineage.run_id)
+        )
+        if refused is not None:
+            raise refused from exc
+        raise
     commit_group_offsets(bootstrap, job.group_id, end)
     folder.finish(lineage)
 

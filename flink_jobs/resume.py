@@ -269,26 +269,40 @@ def plan_start(
 _UNMAPPED_STATE = re.compile(r"Cannot map checkpoint/savepoint state for operator (\w+) to the new program")
 
 
-def unrestorable(exc: BaseException, checkpoint: Path, command: str) -> ResumeError | None:
+def unrestorable(
+    exc: BaseException, checkpoint: Path, command: str, *, completing: str | None = None
+) -> ResumeError | None:
     """The error to show when ``exc`` is Flink refusing ``checkpoint`` for state this graph cannot take.
 
     That happens after an upgrade that changed the job graph (an operator gone, or the gold SQL
     planned anew: README, "Limitations") and after a change of a setting that shapes the gold query.
     The way on needs no checkpoint restore: a bounded run settles the checkpoint into the tables and
-    starts a new lineage where they stand (DESIGN.md section 9). None: ``exc`` is something else.
+    starts a new lineage where they stand (DESIGN.md section 9). ``completing``: the run id of an
+    interrupted bounded run that ``checkpoint`` was to complete; some of its writers may have committed
+    their end already, so settling is not exact for it: it has to be completed by the graph it ran with.
+    None: ``exc`` is something else.
     """
     found = _UNMAPPED_STATE.search(str(exc))
     if found is None:
         return None
+    held = (
+        f"checkpoint {checkpoint} holds state of operator {found.group(1)}, which this version of the job "
+        "graph does not have (an upgrade changed the graph, or a setting that shapes the gold query "
+        "changed); nothing was written."
+    )
+    if completing is not None:
+        return ResumeError(
+            f"the interrupted bounded run {completing} cannot be completed by this job graph: {held} "
+            f"Complete it as it was defined first: run `lakestream {command} --bounded` once with the "
+            "settings and the lakestream version that run started with; then run this version as before"
+        )
     gold = (
         "; then backfill the gold windows the previous run had begun (`lakestream backfill`)"
         if command == "ingest"
         else ""
     )
     return ResumeError(
-        f"checkpoint {checkpoint} holds state of operator {found.group(1)}, which this version of the job "
-        "graph does not have (an upgrade changed the graph, or a setting that shapes the gold query "
-        f"changed); nothing was written. Run the same `lakestream {command}` command once with --bounded "
+        f"{held} Run the same `lakestream {command}` command once with --bounded "
         f"added: it commits what that checkpoint holds and reads on to the current end{gold}; then start "
         "the job as before"
     )

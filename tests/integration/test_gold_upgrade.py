@@ -35,7 +35,7 @@ from tests.integration.test_gold_speed_layer import (
     scenario,
 )
 from tests.support.cli import run_cli
-from tests.support.ingest_job import ROOT, old_tree, start_unbounded, table_rows, wait_for
+from tests.support.ingest_job import ROOT, old_tree, start_ingest, start_unbounded, table_rows, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -191,3 +191,49 @@ def test_a_checkpoint_of_another_gold_query_is_refused_with_the_way_on(
     got = DeltaTable(str(lakehouse / GOLD_10M)).to_pyarrow_table().to_pylist()
     assert metrics_of(got) == metrics_of(reference_aggregate([e.gold_input() for e in counted], ten_minutes))
     assert table_rows(lakehouse, "bronze/order_events") == len(before) + len(after)  # nothing twice
+
+
+def test_an_interrupted_bounded_run_is_completed_by_its_own_graph_only(
+    kafka: str, lakehouse: Path, tmp_path: Path
+) -> None:
+    """A bounded run killed after its first commits, then a bounded run with another ``gold.window``:
+    that graph cannot take the run's checkpoint, and settling it is not exact for a bounded run (a
+    writer may have committed its end already), so it stops before writing, saying to complete the run
+    with its own settings. Doing that completes it exactly."""
+    topics, env = gold_env(kafka, tmp_path, lakehouse)
+    events = scenario(seed=13, minutes=120, late_ratio=0.0)
+    produce(kafka, topics, events)
+    # Small batches, one per Python bundle: slow enough to be killed between its first commit and its end.
+    slow = {**env, "LAKESTREAM__FLINK__BATCH_SIZE": "4", "LAKESTREAM__FLINK__BUNDLE_SIZE": "1"}
+    log = tmp_path / "bounded.log"
+    first = start_ingest(slow, log, "--bounded")
+    try:
+        wait_for(lakehouse, {"bronze/order_events": 1}, first, log, timeout=240)
+    finally:
+        kill_group(first)
+    partial = table_rows(lakehouse, "bronze/order_events")
+    assert 0 < partial < len(events), f"the run was not killed mid-way ({partial} rows)"
+    versions = {t: DeltaTable(str(lakehouse / t)).version() for t in ("bronze/order_events", "silver/orders")}
+
+    ten = {**env, "LAKESTREAM__GOLD__WINDOW": '"10m"', "LAKESTREAM__GOLD__TABLE": GOLD_10M}
+    log2 = tmp_path / "bounded-10m.log"
+    refused = start_ingest(ten, log2, "--bounded")
+    try:
+        assert refused.wait(timeout=240) == 2, log2.read_text()[-4000:]
+    finally:
+        kill_group(refused)
+    said = log2.read_text()
+    assert "completing the interrupted bounded run" in said, said[-4000:]
+    assert "cannot be completed by this job graph" in said and "holds state of operator" in said, said[-4000:]
+    assert "`lakestream ingest --bounded` once with the settings" in said
+    assert {t: DeltaTable(str(lakehouse / t)).version() for t in versions} == versions  # nothing written
+    assert not (lakehouse / GOLD_10M).exists()
+
+    completed = run_cli("ingest", "--bounded", env=env, timeout=300)
+    assert "completing the interrupted bounded run" in completed.stdout
+    counted, beyond = classify(events)
+    assert not beyond
+    assert table_rows(lakehouse, "bronze/order_events") == len(events)  # nothing lost, nothing twice
+    assert metrics_of(list(gold_rows(lakehouse).values())) == metrics_of(
+        reference_aggregate([e.gold_input() for e in counted], SETTINGS)
+    )

@@ -64,8 +64,13 @@ def old_tree(commit: str, dest: Path) -> Path:
 
 def start_unbounded(env: dict[str, str], log: Path, *, cwd: Path = ROOT) -> subprocess.Popen[bytes]:
     """``lakestream ingest`` (unbounded) of the source tree ``cwd`` (default: this one)."""
+    return start_ingest(env, log, cwd=cwd)
+
+
+def start_ingest(env: dict[str, str], log: Path, *flags: str, cwd: Path = ROOT) -> subprocess.Popen[bytes]:
+    """``lakestream ingest FLAGS`` of the source tree ``cwd`` in the background, output into ``log``."""
     return subprocess.Popen(
-        [sys.executable, "-m", "flink_jobs", "ingest"],
+        [sys.executable, "-m", "flink_jobs", "ingest", *flags],
         cwd=cwd,
         env={**os.environ, **env},
         stdout=log.open("ab"),

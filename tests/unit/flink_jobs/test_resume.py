@@ -235,3 +235,20 @@ def test_a_checkpoint_refused_for_state_the_graph_lacks_says_the_way_on() -> Non
     # Other jobs have no gold windows to backfill; other failures are not this one.
     assert "backfill" not in str(unrestorable(flink, checkpoint, "land"))
     assert unrestorable(RuntimeError("TaskManager lost"), checkpoint, "ingest") is None
+
+
+def test_a_bounded_run_the_graph_cannot_complete_is_sent_back_to_its_own_graph() -> None:
+    """Settling is not exact for a bounded run some of whose writers committed their end: the message
+    asks for the run to be completed as it was defined, not for a settling bounded run."""
+    checkpoint = Path("/ck/ingest/run/job/chk-3")
+    flink = RuntimeError(
+        "Cannot map checkpoint/savepoint state for operator 72748311d0262ee7e86cb9b3a76ad5d6 to the new "
+        "program, because the operator is not available in the new program."
+    )
+    refused = unrestorable(flink, checkpoint, "ingest", completing="run-7")
+    assert isinstance(refused, ResumeError)
+    said = str(refused)
+    assert "interrupted bounded run run-7" in said and str(checkpoint) in said
+    assert "72748311d0262ee7e86cb9b3a76ad5d6" in said and "nothing was written" in said
+    assert "`lakestream ingest --bounded` once with the settings and the lakestream version" in said
+    assert "backfill" not in said and "command once with --bounded added" not in said
