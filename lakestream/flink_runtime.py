@@ -225,6 +225,8 @@ def build_env(
     # tear-down tracebacks into the caller's terminal. Separate worker processes, as on a cluster, ran
     # the demo's ingest in 12 s instead of 20 s here. An explicit setting of the variable wins.
     os.environ.setdefault("_python_worker_execution_mode", "process")
+    if os.environ["_python_worker_execution_mode"] == "process":
+        import_fn_execution_without_beam()
     launch_gateway(cfg.jvm_options)
     conf = Configuration()
     settings = flink_settings(cfg, checkpoint_dir=checkpoint_dir, state_backend=state_backend)
@@ -247,6 +249,37 @@ def build_env(
     if jar_list:
         env.add_jars(*(p.resolve().as_uri() for p in jar_list))
     return env
+
+
+#: The package of PyFlink's Python worker runtime, whose protobuf module the client needs.
+FN_EXECUTION = "pyflink.fn_execution"
+
+
+def import_fn_execution_without_beam() -> None:
+    """Make ``pyflink.fn_execution`` importable in this client without importing Apache Beam.
+
+    Building a Python operator imports ``pyflink.fn_execution.flink_fn_execution_pb2`` (a protobuf
+    module), and the package's ``__init__`` imports Apache Beam (and with it pandas) only to find out
+    whether Beam's compiled coders are there, which only the Python workers use: ~125 MiB of the
+    client's resident memory for as long as the job runs. Here the package is registered without
+    running its ``__init__`` (its submodules load from its folder as usual) and with the flag
+    ``PYFLINK_CYTHON_ENABLED`` off, which selects the pure-Python coders should a worker module ever be
+    imported in this process. Only for process-mode workers (their own processes import the package
+    whole); nothing is done when the package is imported already.
+    """
+    import importlib.util
+
+    if FN_EXECUTION in sys.modules:
+        return
+    spec = importlib.util.find_spec(FN_EXECUTION)
+    if spec is None or spec.submodule_search_locations is None:
+        return  # not the package this expects: let the normal import say what is wrong
+    module = importlib.util.module_from_spec(spec)
+    module.PYFLINK_CYTHON_ENABLED = False  # type: ignore[attr-defined]
+    sys.modules[FN_EXECUTION] = module
+    import pyflink
+
+    pyflink.fn_execution = module
 
 
 def launch_gateway(jvm_options: Sequence[str]) -> None:

@@ -101,3 +101,40 @@ def test_the_jvm_keeps_running_after_writing_more_than_a_pipe_to_its_stderr(tmp_
     lines = [line for line in out.stderr.splitlines() if line.startswith("jvm line ")]
     assert len(lines) == 2000 and lines[-1].startswith("jvm line 1999 ")
     assert "Unknown module: jdk.proxy2" not in out.stderr
+
+
+def test_building_the_ingest_graph_leaves_apache_beam_to_the_workers(tmp_path: Path) -> None:
+    """The client builds every Python operator of the ingest job (speed layer on) without importing
+    Apache Beam or pandas, which only the workers need (``flink_runtime.import_fn_execution_without_beam``);
+    with loopback workers (run in this process) it keeps PyFlink's full import."""
+    script = textwrap.dedent(
+        """
+        import json, sys
+        from flink_jobs.ingest import build_ingest_job
+        from lakestream.config import load_config
+
+        NAMES = ["standardise + bronze", "resolve orders + late writer", "silver committer + gold writer"]
+
+        cfg = load_config(None).replace("gold", enabled=True)
+        env = build_ingest_job(
+            cfg, bootstrap_servers="127.0.0.1:9", bounded=True, end_offsets={("t", 0): 1},
+            checkpoint_dir=sys.argv[1],
+        )
+        plan = env.get_execution_plan()
+        import pyflink.fn_execution as fn_execution
+        print(json.dumps({
+            "beam": sorted(m for m in sys.modules if m.split(".")[0] in ("apache_beam", "pandas"))[:3],
+            "python_operators": [n for n in NAMES if n in plan],
+            "cython": fn_execution.PYFLINK_CYTHON_ENABLED,
+        }))
+        """
+    )
+    out = _run_script(tmp_path, script, [str(tmp_path / "ckpt")])
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["beam"] == [] and got["cython"] is False
+    assert len(got["python_operators"]) == 3, got
+
+    loopback = _run_script(
+        tmp_path, script, [str(tmp_path / "ckpt2")], {"_python_worker_execution_mode": "loopback"}
+    )
+    assert json.loads(loopback.stdout.strip().splitlines()[-1])["beam"] != []
