@@ -191,7 +191,7 @@ def kafka_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]
             build=build,
             job_name="the job",
         )
-        args = argparse.Namespace(**{"bounded": False, "fresh": False, **flags})
+        args = argparse.Namespace(**{"bounded": False, "fresh": False, "command": "ingest", **flags})
         assert cli_common.run_kafka_job(cfg, args, job) == 0
         assert env.executed[-1] == "the job"
         return calls["runs"][-1]  # type: ignore[no-any-return]
