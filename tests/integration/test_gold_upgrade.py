@@ -66,6 +66,21 @@ def run_old_then_kill(
         kill_group(first)
 
 
+def refused_without_writing(
+    env: dict[str, str], log: Path, lakehouse: Path, versions: dict[str, int], *flags: str
+) -> str:
+    """Run ``lakestream ingest FLAGS``, which must stop with exit 2 having written nothing (the tables
+    at ``versions``, no gold table of the 10-minute window); what it said."""
+    refused = start_ingest(env, log, *flags)
+    try:
+        assert refused.wait(timeout=240) == 2, log.read_text()[-4000:]
+    finally:
+        kill_group(refused)
+    assert {t: DeltaTable(str(lakehouse / t)).version() for t in versions} == versions
+    assert not (lakehouse / GOLD_10M).exists()
+    return log.read_text()
+
+
 def killed_between_halves(
     tree: Path, kafka: str, lakehouse: Path, tmp_path: Path, *, seed: int
 ) -> tuple[dict[str, str], list[Event], list[Event]]:
@@ -167,17 +182,9 @@ def test_a_checkpoint_of_another_gold_query_is_refused_with_the_way_on(
     ten = {**env, "LAKESTREAM__GOLD__WINDOW": '"10m"', "LAKESTREAM__GOLD__TABLE": GOLD_10M}
     versions = {t: DeltaTable(str(lakehouse / t)).version() for t in ("bronze/order_events", "silver/orders")}
 
-    log2 = tmp_path / "ingest-10m.log"
-    refused = start_unbounded(ten, log2)
-    try:
-        assert refused.wait(timeout=240) == 2, log2.read_text()[-4000:]
-    finally:
-        kill_group(refused)
-    said = log2.read_text()
+    said = refused_without_writing(ten, tmp_path / "ingest-10m.log", lakehouse, versions)
     assert "holds state of operator" in said and "command once with --bounded" in said, said[-4000:]
     assert "lakestream backfill" in said
-    assert {t: DeltaTable(str(lakehouse / t)).version() for t in versions} == versions  # nothing written
-    assert not (lakehouse / GOLD_10M).exists()
 
     drained = run_cli("ingest", "--bounded", env=ten, timeout=300)
     assert "settling the previous run at checkpoint" in drained.stdout
@@ -216,18 +223,10 @@ def test_an_interrupted_bounded_run_is_completed_by_its_own_graph_only(
     versions = {t: DeltaTable(str(lakehouse / t)).version() for t in ("bronze/order_events", "silver/orders")}
 
     ten = {**env, "LAKESTREAM__GOLD__WINDOW": '"10m"', "LAKESTREAM__GOLD__TABLE": GOLD_10M}
-    log2 = tmp_path / "bounded-10m.log"
-    refused = start_ingest(ten, log2, "--bounded")
-    try:
-        assert refused.wait(timeout=240) == 2, log2.read_text()[-4000:]
-    finally:
-        kill_group(refused)
-    said = log2.read_text()
+    said = refused_without_writing(ten, tmp_path / "bounded-10m.log", lakehouse, versions, "--bounded")
     assert "completing the interrupted bounded run" in said, said[-4000:]
     assert "cannot be completed by this job graph" in said and "holds state of operator" in said, said[-4000:]
     assert "`lakestream ingest --bounded` once with the settings" in said
-    assert {t: DeltaTable(str(lakehouse / t)).version() for t in versions} == versions  # nothing written
-    assert not (lakehouse / GOLD_10M).exists()
 
     completed = run_cli("ingest", "--bounded", env=env, timeout=300)
     assert "completing the interrupted bounded run" in completed.stdout
