@@ -293,8 +293,9 @@ def unrestorable(
     if completing is not None:
         return ResumeError(
             f"the interrupted bounded run {completing} cannot be completed by this job graph: {held} "
-            f"Complete it as it was defined first: run `lakestream {command} --bounded` once with the "
-            "settings and the lakestream version that run started with; then run this version as before"
+            f"Complete it as it was defined first: run the same `lakestream {command} --bounded` command "
+            "once with the settings and the lakestream version that run started with; then run this version "
+            "as before"
         )
     gold = (
         "; then backfill the gold windows the previous run had begun (`lakestream backfill`)"

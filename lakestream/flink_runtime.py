@@ -260,7 +260,7 @@ def import_fn_execution_without_beam() -> None:
 
     Building a Python operator imports ``pyflink.fn_execution.flink_fn_execution_pb2`` (a protobuf
     module), and the package's ``__init__`` imports Apache Beam (and with it pandas) only to find out
-    whether Beam's compiled coders are there, which only the Python workers use: ~125 MiB of the
+    whether Beam's compiled coders are there, which only the Python workers use: ~85 MiB of the
     client's resident memory for as long as the job runs. Here the package is registered without
     running its ``__init__`` (its submodules load from its folder as usual) and with the flag
     ``PYFLINK_CYTHON_ENABLED`` off, which selects the pure-Python coders should a worker module ever be

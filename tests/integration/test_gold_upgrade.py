@@ -226,7 +226,7 @@ def test_an_interrupted_bounded_run_is_completed_by_its_own_graph_only(
     said = refused_without_writing(ten, tmp_path / "bounded-10m.log", lakehouse, versions, "--bounded")
     assert "completing the interrupted bounded run" in said, said[-4000:]
     assert "cannot be completed by this job graph" in said and "holds state of operator" in said, said[-4000:]
-    assert "`lakestream ingest --bounded` once with the settings" in said
+    assert "the same `lakestream ingest --bounded` command once with the settings" in said
 
     completed = run_cli("ingest", "--bounded", env=env, timeout=300)
     assert "completing the interrupted bounded run" in completed.stdout

@@ -250,5 +250,5 @@ def test_a_bounded_run_the_graph_cannot_complete_is_sent_back_to_its_own_graph()
     said = str(refused)
     assert "interrupted bounded run run-7" in said and str(checkpoint) in said
     assert "72748311d0262ee7e86cb9b3a76ad5d6" in said and "nothing was written" in said
-    assert "`lakestream ingest --bounded` once with the settings and the lakestream version" in said
+    assert "the same `lakestream ingest --bounded` command once with the settings" in said
     assert "backfill" not in said and "command once with --bounded added" not in said
