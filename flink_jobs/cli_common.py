@@ -155,7 +155,6 @@ def run_kafka_job(cfg: Config, args: argparse.Namespace, job: KafkaJob) -> int:
     from flink_jobs import resume
     from flink_jobs.kafka_input import commit_group_offsets, snapshot_end_offsets
     from flink_jobs.tables import print_tables
-    from lakestream.cluster_slots import execute_job
     from lakestream.flink_runtime import check_runtime
 
     check_runtime(cfg.flink)
@@ -234,13 +233,7 @@ def run_kafka_job(cfg: Config, args: argparse.Namespace, job: KafkaJob) -> int:
         run_id=lineage.run_id,
         **options,
     )
-    try:
-        result = execute_job(env, job.job_name, cfg.flink)
-    except Exception as exc:
-        refused = None if plan.checkpoint is None else resume.unrestorable(exc, plan.checkpoint, args.command)
-        if refused is not None:
-            raise refused from exc
-        raise
+    result = _execute(env, job.job_name, cfg, plan.checkpoint, args.command)
     if detached(result):
         print("submitted detached: the next run continues from this run's checkpoints", flush=True)
         return 0
@@ -251,6 +244,25 @@ def run_kafka_job(cfg: Config, args: argparse.Namespace, job: KafkaJob) -> int:
     return 0
 
 
+def _execute(
+    env: Any, name: str, cfg: Config, checkpoint: Path | None, command: str, *, completing: str | None = None
+) -> Any:
+    """Run the job built on ``env``; Flink refusing ``checkpoint`` for state this graph has no place
+    for becomes the error with the way on (``resume.unrestorable``), anything else is raised as it is."""
+    from flink_jobs.resume import unrestorable
+    from lakestream.cluster_slots import execute_job
+
+    try:
+        return execute_job(env, name, cfg.flink)
+    except Exception as exc:
+        refused = (
+            None if checkpoint is None else unrestorable(exc, checkpoint, command, completing=completing)
+        )
+        if refused is not None:
+            raise refused from exc
+        raise
+
+
 def _complete_bounded_run(cfg: Config, job: KafkaJob, plan: StartPlan, bootstrap: str, command: str) -> None:
     """Finish an interrupted bounded run exactly as it was defined: same run id, parallelism, ends.
 
@@ -259,8 +271,7 @@ def _complete_bounded_run(cfg: Config, job: KafkaJob, plan: StartPlan, bootstrap
     end stages nothing more (its input is in) and the others commit theirs: exact (DESIGN.md section 9).
     """
     from flink_jobs.kafka_input import commit_group_offsets, parse_split
-    from flink_jobs.resume import ResumeError, job_folder_of, unrestorable
-    from lakestream.cluster_slots import execute_job
+    from flink_jobs.resume import ResumeError, job_folder_of
 
     lineage = plan.lineage
     assert lineage is not None
@@ -295,17 +306,8 @@ def _complete_bounded_run(cfg: Config, job: KafkaJob, plan: StartPlan, bootstrap
         run_id=lineage.run_id,
         **options,
     )
-    try:
-        execute_job(env, f"{job.job_name} (completing run {lineage.run_id})", run_cfg.flink)
-    except Exception as exc:
-        refused = (
-            None
-            if plan.checkpoint is None
-            else unrestorable(exc, plan.checkpoint, command, completing=lineage.run_id)
-        )
-        if refused is not None:
-            raise refused from exc
-        raise
+    name = f"{job.job_name} (completing run {lineage.run_id})"
+    _execute(env, name, run_cfg, plan.checkpoint, command, completing=lineage.run_id)
     commit_group_offsets(bootstrap, job.group_id, end)
     folder.finish(lineage)
 
