@@ -13,7 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -282,6 +282,21 @@ def import_fn_execution_without_beam() -> None:
     pyflink.fn_execution = module
 
 
+#: ``sitecustomize`` of the local JVM's Python workers: they run without pandas (see the module).
+WORKER_SITE = Path(__file__).resolve().parent / "worker_site"
+#: ``1`` in the environment gives the local Python workers pandas again (``WORKER_SITE`` left out).
+WORKER_PANDAS_VARIABLE = "LAKESTREAM_WORKER_PANDAS"
+
+
+def worker_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """What the local JVM's environment ``env`` needs changed for its Python workers: ``WORKER_SITE``
+    first on their ``PYTHONPATH``, unless ``LAKESTREAM_WORKER_PANDAS=1``."""
+    if env.get(WORKER_PANDAS_VARIABLE) == "1":
+        return {}
+    rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(WORKER_SITE)]
+    return {"PYTHONPATH": os.pathsep.join([str(WORKER_SITE), *rest])}
+
+
 def launch_gateway(jvm_options: Sequence[str]) -> None:
     """Start PyFlink's JVM (the local MiniCluster's) with ``jvm_options``, unless it already runs.
 
@@ -292,7 +307,8 @@ def launch_gateway(jvm_options: Sequence[str]) -> None:
     Options given in ``JVM_ARGS`` by the caller come after ours and win. Under ``flink run`` the client
     JVM already runs and the cluster's own configuration (``env.java.opts.*``) applies.
 
-    The JVM this starts gets its standard error read for as long as it runs (``jvm_stderr``).
+    The JVM this starts gets its standard error read for as long as it runs (``jvm_stderr``), and its
+    Python workers start without pandas (``worker_environment``).
     """
     import pyflink.java_gateway as java_gateway
 
@@ -308,6 +324,7 @@ def launch_gateway(jvm_options: Sequence[str]) -> None:
     started: list[subprocess.Popen[bytes]] = []
 
     def start_and_keep(env: Any, args: Any) -> subprocess.Popen[bytes]:
+        env.update(worker_environment(env))
         process: subprocess.Popen[bytes] = start(env, args)
         started.append(process)
         return process

@@ -138,3 +138,47 @@ def test_building_the_ingest_graph_leaves_apache_beam_to_the_workers(tmp_path: P
         tmp_path, script, [str(tmp_path / "ckpt2")], {"_python_worker_execution_mode": "loopback"}
     )
     assert json.loads(loopback.stdout.strip().splitlines()[-1])["beam"] != []
+
+
+WORKER_PROBE = textwrap.dedent(
+    """
+    import json, sys
+    from pyflink.common import Types
+    from lakestream.config import FlinkConfig
+    from lakestream.flink_runtime import build_env
+
+    def probe(_):
+        import json, sys
+        loaded = "pandas" in sys.modules
+        try:
+            import pandas  # noqa: F401
+            importable = True
+        except ModuleNotFoundError:
+            importable = False
+        return json.dumps({"beam": "apache_beam" in sys.modules, "loaded": loaded, "importable": importable})
+
+    env = build_env(FlinkConfig(parallelism=1), checkpoint_dir=sys.argv[1])
+    out = list(env.from_collection([1], type_info=Types.INT()).map(probe, output_type=Types.STRING())
+               .execute_and_collect())
+    print(out[0])
+    """
+)
+
+
+def test_the_local_python_workers_run_without_pandas_unless_asked(tmp_path: Path) -> None:
+    """A process-mode worker of the MiniCluster has not loaded pandas and cannot import it
+    (``lakestream/worker_site``); ``LAKESTREAM_WORKER_PANDAS=1`` gives it pandas back."""
+    out = _run_script(tmp_path, WORKER_PROBE, [str(tmp_path / "ckpt")])
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {
+        "beam": True,
+        "loaded": False,
+        "importable": False,
+    }
+    allowed = _run_script(
+        tmp_path, WORKER_PROBE, [str(tmp_path / "ckpt2")], {"LAKESTREAM_WORKER_PANDAS": "1"}
+    )
+    assert json.loads(allowed.stdout.strip().splitlines()[-1]) == {
+        "beam": True,
+        "loaded": True,
+        "importable": True,
+    }
