@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     from lakestream.flink_runtime import launch_gateway
 
-    launch_gateway(cfg.flink.jvm_options)  # the JVM starts here, with the job's JVM options
+    launch_gateway(cfg.flink.jvm_options, archive_kind="ingest" if cfg.flink.class_archive else None)
     jvm_start = time.monotonic() - t0
     t1 = time.monotonic()
     env = build_ingest_job(

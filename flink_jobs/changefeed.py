@@ -161,7 +161,7 @@ def build_changefeed_job(
         # The trigger ticks of an unbounded run and of a bounded one have different uids; their
         # positions mean nothing, so a restore across the two simply drops the old tick state.
         extra["execution.state-recovery.ignore-unclaimed-state"] = "true"
-    env = build_env(cfg.flink, checkpoint_dir=checkpoint_dir, extra=extra, run_id=run_id)
+    env = build_env(cfg.flink, checkpoint_dir=checkpoint_dir, extra=extra, run_id=run_id, kind="changefeed")
     slug = table.strip("/").replace("/", "-").replace(":", "-")
     rows = delta_source(
         env,

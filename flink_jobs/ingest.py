@@ -207,6 +207,7 @@ def build_ingest_job(
         resume_from=resume_from,
         state_backend="rocksdb",
         run_id=run_id,
+        kind="ingest",
     )
     seeds = dict(watermark_seeds or {})
     records = kafka_records(

@@ -76,7 +76,9 @@ def build_landing_job(
     Every commit of the table records the next offset of each partition whose records it holds
     (``lakestream.progress``), where the next run starts (``start_offsets``).
     """
-    env = build_env(cfg.flink, checkpoint_dir=checkpoint_dir, resume_from=resume_from, run_id=run_id)
+    env = build_env(
+        cfg.flink, checkpoint_dir=checkpoint_dir, resume_from=resume_from, run_id=run_id, kind="land"
+    )
     records = kafka_records(
         env,
         bootstrap_servers=bootstrap_servers,

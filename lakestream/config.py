@@ -177,6 +177,9 @@ class FlinkConfig:
     #: without a cap G1 grew the heap to 2.8 GB for about 0.25 GB live over 40 minutes of ingest (state
     #: lives in RocksDB, off the heap).
     jvm_options: tuple[str, ...] = ("-XX:TieredStopAtLevel=1", "-Xmx1g")
+    #: Map Flink's classes into the local JVM from a class-data archive, which the first run writes at
+    #: its exit, one per kind of job (``lakestream.class_archive``): building the ingest graph ~2.5 s faster.
+    class_archive: bool = True
     #: Port (or range) of Flink's Prometheus reporter in the local MiniCluster, scraped at
     #: ``http://127.0.0.1:PORT/metrics``; empty: no reporter. A cluster configures its own (README).
     prometheus_port: PortRange = PortRange("")

@@ -8,6 +8,7 @@ sets the executable, a bounded restart strategy and retained checkpoints.
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import shutil
@@ -17,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lakestream import paths
+from lakestream import class_archive, paths
 from lakestream.config import FlinkConfig
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -54,14 +55,19 @@ PROMETHEUS_FACTORY = "org.apache.flink.metrics.prometheus.PrometheusReporterFact
 PROMETHEUS_PLUGIN = "metrics-prometheus"
 
 
+def java_path() -> str | None:
+    """The ``java`` PyFlink's launcher runs: ``$JAVA_HOME/bin/java``, else the first on ``PATH``."""
+    java_home = os.environ.get("JAVA_HOME")
+    candidate = Path(java_home) / "bin" / "java" if java_home else None
+    return str(candidate) if candidate and candidate.is_file() else shutil.which("java")
+
+
 def require_java() -> str:
     """The ``java`` to run, as PyFlink's launcher picks it ($JAVA_HOME/bin/java, else PATH), if 17+.
 
     Fails with the fix when there is none or it is older than Java 17.
     """
-    java_home = os.environ.get("JAVA_HOME")
-    candidate = Path(java_home) / "bin" / "java" if java_home else None
-    java = str(candidate) if candidate and candidate.is_file() else shutil.which("java")
+    java = java_path()
     if java is None:
         raise JavaNotFoundError(
             "`java` not found (neither $JAVA_HOME/bin/java nor on PATH): install a JDK 17+ "
@@ -207,6 +213,7 @@ def build_env(
     extra: dict[str, str] | None = None,
     state_backend: str = "hashmap",
     run_id: str | None = None,
+    kind: str = "job",
 ) -> StreamExecutionEnvironment:
     """A StreamExecutionEnvironment with lakestream's settings and jars.
 
@@ -214,7 +221,8 @@ def build_env(
     local MiniCluster. ``resume_from`` (a retained checkpoint or a savepoint) restores the job's state,
     which is how a restarted process stays exactly once (see :func:`latest_checkpoint`). ``run_id``
     names the sinks' lineage on a fresh start (job parameter ``lakestream.run-id``; a restore keeps the
-    lineage's own); without it a fresh start takes the Flink job id.
+    lineage's own); without it a fresh start takes the Flink job id. ``kind`` names the kind of job for
+    the local JVM's class-data archive (``local_class_archive``).
     """
     from pyflink.common import Configuration
     from pyflink.datastream import StreamExecutionEnvironment
@@ -227,7 +235,7 @@ def build_env(
     os.environ.setdefault("_python_worker_execution_mode", "process")
     if os.environ["_python_worker_execution_mode"] == "process":
         import_fn_execution_without_beam()
-    launch_gateway(cfg.jvm_options)
+    launch_gateway(cfg.jvm_options, archive_kind=kind if cfg.class_archive else None)
     conf = Configuration()
     settings = flink_settings(cfg, checkpoint_dir=checkpoint_dir, state_backend=state_backend)
     if resume_from is not None:
@@ -297,7 +305,50 @@ def worker_environment(env: Mapping[str, str]) -> dict[str, str]:
     return {"PYTHONPATH": os.pathsep.join([str(WORKER_SITE), *rest])}
 
 
-def launch_gateway(jvm_options: Sequence[str]) -> None:
+#: Folder of the local JVM's class-data archives (``lakestream.class_archive``), under ``paths.CACHE_DIR``:
+#: an archive holds for any project that runs the same ``java`` and Flink, and tests with a state
+#: folder of their own do not each write one.
+CLASS_ARCHIVE_DIR = "jvm-class-archives"
+#: How long this process waits at its exit for a JVM that writes a class-data archive.
+CLASS_ARCHIVE_WAIT_S = 60.0
+
+
+def local_class_archive(options: Sequence[str], kind: str = "job") -> class_archive.ArchivePlan | None:
+    """The class-data archive of a local JVM launched with ``options`` for jobs of ``kind``
+    (``lakestream.class_archive``); None when the options choose class sharing themselves or there is
+    no ``java``. Each kind of job (ingest, land, changefeed) gets an archive of its own: an archive holds
+    the classes of the run that wrote it, and those of an ingest job (with its SQL planner) are not a
+    land job's."""
+    if any(o.startswith(("-Xshare", "-XX:SharedArchiveFile", "-XX:ArchiveClassesAtExit")) for o in options):
+        return None
+    java = java_path()
+    if java is None:
+        return None
+    home = flink_home()  # PyFlink's launcher puts lib/*.jar and opt/flink-python*.jar on the class path
+    jars = [*sorted((home / "lib").glob("*.jar")), *sorted((home / "opt").glob("flink-python*.jar"))]
+    extra = f"{kind}\0{os.environ.get('HADOOP_CLASSPATH', '')}"
+    key = class_archive.archive_key(Path(java), jars, extra=extra)
+    return class_archive.plan(paths.CACHE_DIR / CLASS_ARCHIVE_DIR, key)
+
+
+def finish_class_archive(process: subprocess.Popen[bytes], archive: class_archive.ArchivePlan) -> None:
+    """At this process's exit: end the JVM, wait for it to write its archive, and publish that.
+
+    PyFlink's gateway JVM pings this process's callback server and exits once that is gone, as it
+    would a moment after this process ended; here the process waits for it. The gateway is shut down
+    first, so that Python objects freed after this do not try to reach the JVM."""
+    try:
+        if process.poll() is None:
+            from pyflink.java_gateway import get_gateway
+
+            get_gateway().shutdown()
+            process.wait(timeout=CLASS_ARCHIVE_WAIT_S)
+        class_archive.publish(archive, process.returncode)
+    except Exception:  # noqa: BLE001 - at exit: the archive is an optimisation, the run's outcome is not
+        pass
+
+
+def launch_gateway(jvm_options: Sequence[str], *, archive_kind: str | None = "job") -> None:
     """Start PyFlink's JVM (the local MiniCluster's) with ``jvm_options``, unless it already runs.
 
     ``build_env`` calls it; call it first only to time the JVM start on its own (the benchmarks do).
@@ -308,7 +359,8 @@ def launch_gateway(jvm_options: Sequence[str]) -> None:
     JVM already runs and the cluster's own configuration (``env.java.opts.*``) applies.
 
     The JVM this starts gets its standard error read for as long as it runs (``jvm_stderr``), and its
-    Python workers start without pandas (``worker_environment``).
+    Python workers start without pandas (``worker_environment``). Unless ``archive_kind`` is None it
+    maps the class-data archive of that kind of job, or writes one at its exit (``local_class_archive``).
     """
     import pyflink.java_gateway as java_gateway
 
@@ -319,7 +371,10 @@ def launch_gateway(jvm_options: Sequence[str]) -> None:
     # pages its thread freed. An explicit setting of the variable wins.
     os.environ.setdefault("MALLOC_ARENA_MAX", str(MALLOC_ARENAS))
     before = os.environ.get("JVM_ARGS")
-    os.environ["JVM_ARGS"] = " ".join([*jvm_options, before or ""]).strip()
+    options = [*jvm_options, *(before or "").split()]
+    archive = None if archive_kind is None else local_class_archive(options, archive_kind)
+    extra = archive.options if archive is not None else ()
+    os.environ["JVM_ARGS"] = " ".join([*jvm_options, *extra, before or ""]).strip()
     start = java_gateway.launch_gateway_server_process
     started: list[subprocess.Popen[bytes]] = []
 
@@ -327,6 +382,8 @@ def launch_gateway(jvm_options: Sequence[str]) -> None:
         env.update(worker_environment(env))
         process: subprocess.Popen[bytes] = start(env, args)
         started.append(process)
+        if archive is not None and archive.pending is not None:
+            atexit.register(finish_class_archive, process, archive)
         return process
 
     java_gateway.launch_gateway_server_process = start_and_keep

@@ -20,6 +20,9 @@ FLINK_LIB_DIR: Path = JVM_TARGET / "lib" / "flink"
 KAFKA_LIB_DIR: Path = JVM_TARGET / "lib" / "kafka"
 #: Runtime state of the local services (broker data, cluster logs, pid files).
 STATE_DIR: Path = Path(os.environ.get("LAKESTREAM_STATE_DIR", PROJECT_ROOT / ".lakestream"))
+#: Caches shared by every project and run of this user (the local JVM's class-data archives):
+#: ``$XDG_CACHE_HOME/lakestream``, else ``~/.cache/lakestream``.
+CACHE_DIR: Path = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lakestream"
 
 
 class MissingBuildError(RuntimeError):

@@ -182,3 +182,55 @@ def test_the_local_python_workers_run_without_pandas_unless_asked(tmp_path: Path
         "loaded": True,
         "importable": True,
     }
+
+
+ARCHIVE_PROBE = textwrap.dedent(
+    """
+    import sys
+    from lakestream.config import FlinkConfig
+    from lakestream.flink_runtime import build_env
+
+    # The SQL planner's classes too: a table environment over the job's environment.
+    env = build_env(FlinkConfig(parallelism=1), checkpoint_dir=sys.argv[1])
+    from pyflink.table import StreamTableEnvironment
+    StreamTableEnvironment.create(env).sql_query("SELECT 1 AS n")
+    print("built")
+    """
+)
+
+
+def test_the_first_local_jvm_writes_a_class_archive_that_later_ones_map(tmp_path: Path) -> None:
+    """The first JVM writes Flink's classes to an archive at its exit and it is published under its
+    key; the next JVM loads Flink's and the planner's classes from it (the JVM's own class-loading log
+    says so); neither prints anything about archives; ``flink.class_archive = false`` maps none."""
+    cache = tmp_path / "cache"
+    folder = cache / "lakestream" / "jvm-class-archives"
+    environ = {"XDG_CACHE_HOME": str(cache)}
+    first = _run_script(tmp_path, ARCHIVE_PROBE, [str(tmp_path / "ckpt1")], environ)
+    assert first.stdout.strip().splitlines()[-1] == "built"
+    published = sorted(p.name for p in folder.iterdir())
+    assert len(published) == 1 and published[0].endswith(".jsa"), published
+
+    log = tmp_path / "loaded.txt"
+    second = _run_script(
+        tmp_path,
+        ARCHIVE_PROBE,
+        [str(tmp_path / "ckpt2")],
+        {**environ, "JVM_ARGS": f"-Xlog:class+load=info:file={log}"},
+    )
+    assert sorted(p.name for p in folder.iterdir()) == published, "a launch that maps it writes none"
+    shared = [line for line in log.read_text().splitlines() if "source: shared objects file (top)" in line]
+    assert any(" org.apache.flink.streaming.api.environment." in line for line in shared), shared[:5]
+    assert any(" org.apache.flink.table.planner." in line for line in shared), "the planner's classes"
+    for run in (first, second):
+        assert "[cds" not in run.stdout + run.stderr and "shared archive" not in run.stdout + run.stderr
+
+    off = tmp_path / "off.txt"
+    without = ARCHIVE_PROBE.replace("parallelism=1)", "parallelism=1, class_archive=False)")
+    _run_script(
+        tmp_path,
+        without,
+        [str(tmp_path / "ckpt3")],
+        {**environ, "JVM_ARGS": f"-Xlog:class+load=info:file={off}"},
+    )
+    assert "source: shared objects file (top)" not in off.read_text()

@@ -1,0 +1,96 @@
+"""A class-data archive for the local JVM (CDS): Flink's classes mapped from one file, not loaded one by one.
+
+Why: every command that runs a job locally starts a JVM that loads Flink, its SQL planner and their
+dependencies class by class from jars, verifying each; building the ingest graph took 6.2-6.4 s, of
+which about 2.5 s went away with an archive (benchmarks/RESULTS.md). The first run writes the archive
+when its JVM exits (``-XX:ArchiveClassesAtExit``); later runs map it (``-XX:SharedArchiveFile``).
+
+An archive holds for the ``java`` and the class path it was written with only (the JVM checks, and
+runs without it where they differ), so its file name is a digest of both: a new JDK or Flink gets an
+archive of its own. It is written under a name of its own per run and renamed to the digest's name
+only after its JVM exited normally, so no JVM maps a half-written file; runs that start meanwhile run
+without one. The JVM's messages about archives are turned off: a run without one is slower, not wrong.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+#: The JVM's messages about archives (classes it skips while writing one, an archive it cannot use).
+QUIET = "-Xlog:cds=off,cds+dynamic=off,class+path=off"
+SUFFIX = ".jsa"
+#: Suffix of a run's archive until it is published.
+PART = ".part"
+#: Archives kept (of other JDKs or Flinks too); older ones are deleted when a new one is published.
+KEEP = 8
+#: A run's unpublished file older than this belongs to a run that died while writing it.
+STALE_S = 3600.0
+
+
+@dataclass(frozen=True)
+class ArchivePlan:
+    """The JVM options of one launch, and the file to publish once its JVM exited (None: nothing)."""
+
+    options: tuple[str, ...]
+    final: Path
+    pending: Path | None = None
+
+
+def archive_key(java: Path, jars: Iterable[Path], *, extra: str = "") -> str:
+    """A digest of the ``java`` binary, the class path's jars (path, size, modification time) and
+    ``extra`` (more of the class path, as text)."""
+    digest = hashlib.sha256(extra.encode())
+    for path in [java.resolve(), *jars]:
+        st = _stat(path)
+        if st is not None:
+            digest.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:20]
+
+
+def _stat(path: Path) -> os.stat_result | None:
+    try:
+        return path.stat()
+    except OSError:  # gone meanwhile (another run published or pruned it)
+        return None
+
+
+def plan(folder: Path, key: str, *, pid: int | None = None) -> ArchivePlan:
+    """Map the archive of ``key`` when ``folder`` has it, else write one under a name of this run."""
+    final = folder / f"{key}{SUFFIX}"
+    if final.is_file():
+        return ArchivePlan((f"-XX:SharedArchiveFile={final}", QUIET), final)
+    folder.mkdir(parents=True, exist_ok=True)
+    pending = folder / f"{key}.{pid or os.getpid()}{PART}"
+    return ArchivePlan((f"-XX:ArchiveClassesAtExit={pending}", QUIET), final, pending)
+
+
+def publish(archive: ArchivePlan, returncode: int | None) -> bool:
+    """After the JVM exited with ``returncode``: rename its archive to the final name if the JVM ended
+    by itself (any exit status: PyFlink's gateway exits with 1) and wrote one, else delete what it
+    wrote (a JVM killed by a signal may have written part of it); then prune the folder. Whether it
+    published."""
+    if archive.pending is None:
+        return False
+    st = _stat(archive.pending)
+    done = returncode is not None and returncode >= 0 and st is not None and st.st_size > 0
+    if done:
+        os.replace(archive.pending, archive.final)
+    else:
+        archive.pending.unlink(missing_ok=True)
+    prune(archive.final.parent)
+    return done
+
+
+def prune(folder: Path, *, keep: int = KEEP, now: float | None = None) -> None:
+    """Delete all but the ``keep`` newest archives, and unpublished files older than ``STALE_S``."""
+    now = time.time() if now is None else now
+    times = {p: st.st_mtime for p in folder.iterdir() if (st := _stat(p)) is not None}
+    archives = sorted((p for p in times if p.name.endswith(SUFFIX)), key=times.__getitem__, reverse=True)
+    stale = [p for p, t in times.items() if p.name.endswith(PART) and now - t > STALE_S]
+    for path in [*archives[keep:], *stale]:
+        path.unlink(missing_ok=True)
