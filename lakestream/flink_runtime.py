@@ -55,19 +55,14 @@ PROMETHEUS_FACTORY = "org.apache.flink.metrics.prometheus.PrometheusReporterFact
 PROMETHEUS_PLUGIN = "metrics-prometheus"
 
 
-def java_path() -> str | None:
-    """The ``java`` PyFlink's launcher runs: ``$JAVA_HOME/bin/java``, else the first on ``PATH``."""
-    java_home = os.environ.get("JAVA_HOME")
-    candidate = Path(java_home) / "bin" / "java" if java_home else None
-    return str(candidate) if candidate and candidate.is_file() else shutil.which("java")
-
-
 def require_java() -> str:
     """The ``java`` to run, as PyFlink's launcher picks it ($JAVA_HOME/bin/java, else PATH), if 17+.
 
     Fails with the fix when there is none or it is older than Java 17.
     """
-    java = java_path()
+    java_home = os.environ.get("JAVA_HOME")
+    candidate = Path(java_home) / "bin" / "java" if java_home else None
+    java = str(candidate) if candidate and candidate.is_file() else shutil.which("java")
     if java is None:
         raise JavaNotFoundError(
             "`java` not found (neither $JAVA_HOME/bin/java nor on PATH): install a JDK 17+ "
@@ -313,20 +308,25 @@ CLASS_ARCHIVE_DIR = "jvm-class-archives"
 CLASS_ARCHIVE_WAIT_S = 60.0
 
 
-def local_class_archive(options: Sequence[str], kind: str = "job") -> class_archive.ArchivePlan | None:
-    """The class-data archive of a local JVM launched with ``options`` for jobs of ``kind``
-    (``lakestream.class_archive``); None when the options choose class sharing themselves or there is
-    no ``java``. Each kind of job (ingest, land, changefeed) gets an archive of its own: an archive holds
-    the classes of the run that wrote it, and those of an ingest job (with its SQL planner) are not a
-    land job's."""
+def local_class_archive(env: Mapping[str, str], kind: str = "job") -> class_archive.ArchivePlan | None:
+    """The class-data archive of the local JVM that PyFlink's launcher starts with the environment
+    ``env``, for jobs of ``kind`` (``lakestream.class_archive``); None when its ``JVM_ARGS`` choose
+    class sharing themselves or there is no ``java``. The key is taken from the ``java`` and the class
+    path the launcher itself picks. Each kind of job (ingest, land, changefeed) gets an archive of its
+    own: an archive holds the classes of the run that wrote it, and those of an ingest job (with its
+    SQL planner) are not a land job's."""
+    from pyflink import pyflink_gateway_server as launcher
+
+    options = env.get("JVM_ARGS", "").split()
     if any(o.startswith(("-Xshare", "-XX:SharedArchiveFile", "-XX:ArchiveClassesAtExit")) for o in options):
         return None
-    java = java_path()
+    java = shutil.which(launcher.find_java_executable())
     if java is None:
         return None
-    home = flink_home()  # PyFlink's launcher puts lib/*.jar and opt/flink-python*.jar on the class path
-    jars = [*sorted((home / "lib").glob("*.jar")), *sorted((home / "opt").glob("flink-python*.jar"))]
-    extra = f"{kind}\0{os.environ.get('HADOOP_CLASSPATH', '')}"
+    resolved = dict(env)
+    launcher.prepare_environment_variables(resolved)
+    jars = [Path(p) for p in launcher.construct_flink_classpath(resolved).split(os.pathsep) if p]
+    extra = f"{kind}\0{env.get('HADOOP_CLASSPATH', '')}"
     key = class_archive.archive_key(Path(java), jars, extra=extra)
     return class_archive.plan(paths.CACHE_DIR / CLASS_ARCHIVE_DIR, key)
 
@@ -371,15 +371,15 @@ def launch_gateway(jvm_options: Sequence[str], *, archive_kind: str | None = "jo
     # pages its thread freed. An explicit setting of the variable wins.
     os.environ.setdefault("MALLOC_ARENA_MAX", str(MALLOC_ARENAS))
     before = os.environ.get("JVM_ARGS")
-    options = [*jvm_options, *(before or "").split()]
-    archive = None if archive_kind is None else local_class_archive(options, archive_kind)
-    extra = archive.options if archive is not None else ()
-    os.environ["JVM_ARGS"] = " ".join([*jvm_options, *extra, before or ""]).strip()
+    os.environ["JVM_ARGS"] = " ".join([*jvm_options, before or ""]).strip()
     start = java_gateway.launch_gateway_server_process
     started: list[subprocess.Popen[bytes]] = []
 
     def start_and_keep(env: Any, args: Any) -> subprocess.Popen[bytes]:
         env.update(worker_environment(env))
+        archive = None if archive_kind is None else local_class_archive(env, archive_kind)
+        if archive is not None:
+            env["JVM_ARGS"] = " ".join([*archive.options, env.get("JVM_ARGS", "")]).strip()
         process: subprocess.Popen[bytes] = start(env, args)
         started.append(process)
         if archive is not None and archive.pending is not None:

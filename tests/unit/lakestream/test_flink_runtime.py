@@ -92,12 +92,14 @@ def test_a_launch_whose_options_choose_class_sharing_gets_no_archive_of_ours(
     from lakestream.flink_runtime import CLASS_ARCHIVE_DIR, local_class_archive
 
     monkeypatch.setattr(paths, "CACHE_DIR", tmp_path)
-    chosen = (["-Xshare:off"], ["-Xmx1g", "-XX:SharedArchiveFile=/x.jsa"], ["-XX:ArchiveClassesAtExit=/y"])
+    chosen = ("-Xshare:off", "-Xmx1g -XX:SharedArchiveFile=/x.jsa", "-XX:ArchiveClassesAtExit=/y")
     for options in chosen:
-        assert local_class_archive(options) is None, options
-    got = local_class_archive(["-Xmx1g"])
+        assert local_class_archive({"JVM_ARGS": options}) is None, options
+    got = local_class_archive({"JVM_ARGS": "-Xmx1g"})
     assert got is not None and got.pending is not None, "no archive yet: this launch writes one"
     assert got.final.parent == tmp_path / CLASS_ARCHIVE_DIR and got.final.name.endswith(".jsa")
     assert got.options[0] == f"-XX:ArchiveClassesAtExit={got.pending}"
-    ingest, land = local_class_archive(["-Xmx1g"], "ingest"), local_class_archive(["-Xmx1g"], "land")
+    ingest, land = local_class_archive({}, "ingest"), local_class_archive({}, "land")
     assert ingest is not None and land is not None and ingest.final != land.final, "one archive per kind"
+    other_lib = local_class_archive({"FLINK_LIB_DIR": str(tmp_path)}, "ingest")
+    assert other_lib is not None and other_lib.final != ingest.final, "the launcher's class path is the key"
