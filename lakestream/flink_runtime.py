@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lakestream import class_archive, paths
+from lakestream import class_archive, jvm_scratch, paths
 from lakestream.config import FlinkConfig
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -304,8 +304,8 @@ def worker_environment(env: Mapping[str, str]) -> dict[str, str]:
 #: an archive holds for any project that runs the same ``java`` and Flink, and tests with a state
 #: folder of their own do not each write one.
 CLASS_ARCHIVE_DIR = "jvm-class-archives"
-#: How long this process waits at its exit for a JVM that writes a class-data archive.
-CLASS_ARCHIVE_WAIT_S = 60.0
+#: How long this process waits at its exit for its local JVM to end (and write its class-data archive).
+LOCAL_JVM_WAIT_S = 60.0
 
 
 def local_class_archive(env: Mapping[str, str], kind: str = "job") -> class_archive.ArchivePlan | None:
@@ -331,21 +331,28 @@ def local_class_archive(env: Mapping[str, str], kind: str = "job") -> class_arch
     return class_archive.plan(paths.CACHE_DIR / CLASS_ARCHIVE_DIR, key)
 
 
-def finish_class_archive(process: subprocess.Popen[bytes], archive: class_archive.ArchivePlan) -> None:
-    """At this process's exit: end the JVM, wait for it to write its archive, and publish that.
+def finish_local_jvm(
+    process: subprocess.Popen[bytes], archive: class_archive.ArchivePlan | None, scratch: Path | None
+) -> None:
+    """At this process's exit: end the local JVM, publish the class-data archive it wrote (if it
+    writes one), then remove its scratch folder (``jvm_scratch``).
 
     PyFlink's gateway JVM pings this process's callback server and exits once that is gone, as it
     would a moment after this process ended; here the process waits for it. The gateway is shut down
-    first, so that Python objects freed after this do not try to reach the JVM."""
+    first, so that Python objects freed after this do not try to reach the JVM. A JVM that has not
+    ended within ``LOCAL_JVM_WAIT_S`` keeps its folder; the next local run removes it."""
     try:
         if process.poll() is None:
             from pyflink.java_gateway import get_gateway
 
             get_gateway().shutdown()
-            process.wait(timeout=CLASS_ARCHIVE_WAIT_S)
-        class_archive.publish(archive, process.returncode)
+            process.wait(timeout=LOCAL_JVM_WAIT_S)
+        if archive is not None:
+            class_archive.publish(archive, process.returncode)
     except Exception:  # noqa: BLE001 - at exit: the archive is an optimisation, the run's outcome is not
         pass
+    if scratch is not None and process.poll() is not None:
+        jvm_scratch.remove(scratch)
 
 
 def launch_gateway(jvm_options: Sequence[str], *, archive_kind: str | None = "job") -> None:
@@ -361,6 +368,8 @@ def launch_gateway(jvm_options: Sequence[str], *, archive_kind: str | None = "jo
     The JVM this starts gets its standard error read for as long as it runs (``jvm_stderr``), and its
     Python workers start without pandas (``worker_environment``). Unless ``archive_kind`` is None it
     maps the class-data archive of that kind of job, or writes one at its exit (``local_class_archive``).
+    Its temporary files go to a folder of its own, removed at this process's exit (``jvm_scratch``,
+    ``finish_local_jvm``).
     """
     import pyflink.java_gateway as java_gateway
 
@@ -380,10 +389,13 @@ def launch_gateway(jvm_options: Sequence[str], *, archive_kind: str | None = "jo
         archive = None if archive_kind is None else local_class_archive(env, archive_kind)
         if archive is not None:
             env["JVM_ARGS"] = " ".join([*archive.options, env.get("JVM_ARGS", "")]).strip()
+        scratch = jvm_scratch.create()
+        if scratch is not None:
+            env["JVM_ARGS"] = f"-Djava.io.tmpdir={scratch} {env.get('JVM_ARGS', '')}".strip()
         process: subprocess.Popen[bytes] = start(env, args)
         started.append(process)
-        if archive is not None and archive.pending is not None:
-            atexit.register(finish_class_archive, process, archive)
+        writes = archive is not None and archive.pending is not None
+        atexit.register(finish_local_jvm, process, archive if writes else None, scratch)
         return process
 
     java_gateway.launch_gateway_server_process = start_and_keep

@@ -234,3 +234,59 @@ def test_the_first_local_jvm_writes_a_class_archive_that_later_ones_map(tmp_path
         {**environ, "JVM_ARGS": f"-Xlog:class+load=info:file={off}"},
     )
     assert "source: shared objects file (top)" not in off.read_text()
+
+
+SCRATCH_PROBE = textwrap.dedent(
+    """
+    import sys, time
+    from pyflink.common import Types, WatermarkStrategy
+    from pyflink.datastream.connectors.number_seq import NumberSequenceSource
+    from pyflink.java_gateway import get_gateway
+    from lakestream.config import FlinkConfig
+    from lakestream.flink_runtime import build_env
+
+    env = build_env(FlinkConfig(parallelism=1), checkpoint_dir=sys.argv[1], state_backend="rocksdb")
+    print(get_gateway().jvm.java.lang.System.getProperty("java.io.tmpdir"), flush=True)
+    if sys.argv[2] == "wait":
+        time.sleep(600)
+    # A sequence, not a collection: PyFlink leaves a collection's pickle folder in the temporary folder.
+    numbers = NumberSequenceSource(1, 3)
+    (env.from_source(numbers, WatermarkStrategy.no_watermarks(), "numbers")
+        .key_by(lambda x: x % 2, key_type=Types.LONG())
+        .map(lambda x: x + 1, output_type=Types.LONG())
+        .print())
+    env.execute("scratch probe")
+    """
+)
+
+
+def test_a_local_run_leaves_nothing_in_the_temporary_folder(tmp_path: Path) -> None:
+    """The local JVM's temporary files (the MiniCluster's working folder with RocksDB's, the RPC jar)
+    go to a folder of the launching process's, removed at its exit; the folder of a process killed
+    with -9 is removed by the next run."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    environ = {"TMPDIR": str(tmp)}
+    script = tmp_path / "scratch.py"
+    script.write_text(SCRATCH_PROBE)
+    env = {**{k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}, **environ}
+    killed = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path / "ckpt0"), "wait"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert killed.stdout is not None
+        orphan = Path(killed.stdout.readline().strip())
+        assert orphan.parent == tmp and orphan.name.startswith(f"lakestream-jvm-{killed.pid}-"), orphan
+        assert orphan.is_dir()
+    finally:
+        killed.kill()
+        killed.wait()
+
+    out = _run_script(tmp_path, SCRATCH_PROBE, [str(tmp_path / "ckpt1"), "run"], environ)
+    scratch = Path(out.stdout.strip().splitlines()[0])
+    assert scratch.parent == tmp and scratch != orphan
+    assert list(tmp.iterdir()) == [], sorted(p.name for p in tmp.iterdir())
