@@ -173,12 +173,12 @@ class FlinkConfig:
     jobmanager: str = ""  # "host:port" of a running cluster for `flink run`; empty = local MiniCluster
     #: Options of the local MiniCluster's JVM (this process launches it). C1 only by default: on 2 cores
     #: the C2 compiler spent about 4 CPU-seconds in the first 25 s of an ingest run, more than the JVM's
-    #: record handling itself, while the Python workers wait for CPU (README, performance). A 1 GiB heap:
-    #: without a cap G1 grew the heap to 2.8 GB for about 0.25 GB live over 40 minutes of ingest (state
-    #: lives in RocksDB, off the heap). ``GCTimeRatio=4`` (G1 may spend up to 20 % of the time in
-    #: collections before it grows the heap, instead of 7.7 %): on a busy machine G1 otherwise committed
-    #: the whole 1 GiB for ~0.5 GiB used; with it ~0.6 GiB, at about 3 % of the bounded rate.
-    jvm_options: tuple[str, ...] = ("-XX:TieredStopAtLevel=1", "-Xmx1g", "-XX:GCTimeRatio=4")
+    #: record handling itself, while the Python workers wait for CPU (README, performance). A 512 MiB
+    #: heap: without a cap G1 grew the heap to 2.8 GB for about 0.25 GB live over 40 minutes of ingest
+    #: (state lives in RocksDB, off the heap; 124-185 MiB after young collections); with 1 GiB it
+    #: committed up to 694 MiB, and 512 MiB cost no bounded rate in paired runs. ``GCTimeRatio=4`` (G1
+    #: may spend up to 20 % of the time in collections before it grows the heap, instead of 7.7 %).
+    jvm_options: tuple[str, ...] = ("-XX:TieredStopAtLevel=1", "-Xmx512m", "-XX:GCTimeRatio=4")
     #: Map Flink's classes into the local JVM from a class-data archive, which the first run writes at
     #: its exit, one per kind of job (``lakestream.class_archive``): building the ingest graph ~2.5 s faster.
     class_archive: bool = True
