@@ -233,6 +233,12 @@ def build_env(
     launch_gateway(cfg.jvm_options, archive_kind=kind if cfg.class_archive else None)
     conf = Configuration()
     settings = flink_settings(cfg, checkpoint_dir=checkpoint_dir, state_backend=state_backend)
+    scratch = _launched_scratch[-1] if _launched_scratch else None
+    if scratch is not None:
+        # RocksDB's working copies directly in the scratch folder, not three levels under the
+        # MiniCluster's: RocksDB names its log file in Flink's log folder after the instance's whole
+        # path and cuts that name at 255 characters (a restore at another parallelism then failed).
+        settings[ROCKSDB_LOCALDIR] = str(scratch)
     if resume_from is not None:
         settings["execution.state-recovery.path"] = Path(resume_from).resolve().as_uri()
     for key, value in {**settings, **(extra or {})}.items():
@@ -306,6 +312,10 @@ def worker_environment(env: Mapping[str, str]) -> dict[str, str]:
 CLASS_ARCHIVE_DIR = "jvm-class-archives"
 #: How long this process waits at its exit for its local JVM to end (and write its class-data archive).
 LOCAL_JVM_WAIT_S = 60.0
+#: Flink's setting of RocksDB's working folder; a local run puts it in the JVM's scratch folder.
+ROCKSDB_LOCALDIR = "state.backend.rocksdb.localdir"
+#: The scratch folder of the local JVM this process launched (``jvm_scratch``), once launched.
+_launched_scratch: list[Path] = []
 
 
 def local_class_archive(env: Mapping[str, str], kind: str = "job") -> class_archive.ArchivePlan | None:
@@ -392,6 +402,7 @@ def launch_gateway(jvm_options: Sequence[str], *, archive_kind: str | None = "jo
         scratch = jvm_scratch.create()
         if scratch is not None:
             env["JVM_ARGS"] = f"-Djava.io.tmpdir={scratch} {env.get('JVM_ARGS', '')}".strip()
+            _launched_scratch.append(scratch)
         process: subprocess.Popen[bytes] = start(env, args)
         started.append(process)
         writes = archive is not None and archive.pending is not None
