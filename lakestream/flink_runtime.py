@@ -238,7 +238,8 @@ def build_env(
         # RocksDB's working copies directly in the scratch folder, not three levels under the
         # MiniCluster's: RocksDB names its log file in Flink's log folder after the instance's whole
         # path and cuts that name at 255 characters (a restore at another parallelism then failed).
-        settings[ROCKSDB_LOCALDIR] = str(scratch)
+        # A working folder chosen by the caller (``extra``, a patched ``flink_settings``) wins.
+        settings.setdefault(ROCKSDB_LOCALDIR, str(scratch))
     if resume_from is not None:
         settings["execution.state-recovery.path"] = Path(resume_from).resolve().as_uri()
     for key, value in {**settings, **(extra or {})}.items():

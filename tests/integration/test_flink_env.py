@@ -290,3 +290,34 @@ def test_a_local_run_leaves_nothing_in_the_temporary_folder(tmp_path: Path) -> N
     scratch = Path(out.stdout.strip().splitlines()[0])
     assert scratch.parent == tmp and scratch != orphan
     assert list(tmp.iterdir()) == [], sorted(p.name for p in tmp.iterdir())
+
+
+LOCALDIR_PROBE = textwrap.dedent(
+    """
+    import json, sys
+    import lakestream.flink_runtime as runtime
+    from lakestream.config import FlinkConfig
+
+    def localdir(**kwargs):
+        env = runtime.build_env(FlinkConfig(parallelism=1), checkpoint_dir=sys.argv[1], **kwargs)
+        return env._j_stream_execution_environment.getConfiguration().toMap().get(
+            "state.backend.rocksdb.localdir")
+
+    default = localdir()
+    extra = localdir(extra={"state.backend.rocksdb.localdir": "/chosen-extra"})
+    plain = runtime.flink_settings  # the benchmarks add their settings here
+
+    def with_localdir(*args, **kwargs):
+        return {**plain(*args, **kwargs), "state.backend.rocksdb.localdir": "/chosen-settings"}
+
+    runtime.flink_settings = with_localdir
+    print(json.dumps([default, extra, localdir()]))
+    """
+)
+
+
+def test_rocksdb_works_in_the_scratch_folder_unless_the_caller_chose_a_folder(tmp_path: Path) -> None:
+    out = _run_script(tmp_path, LOCALDIR_PROBE, [str(tmp_path / "ckpt")], {"TMPDIR": str(tmp_path)})
+    default, extra, settings = json.loads(out.stdout.strip().splitlines()[-1])
+    assert Path(default).parent == tmp_path and Path(default).name.startswith("lakestream-jvm-")
+    assert (extra, settings) == ("/chosen-extra", "/chosen-settings")
