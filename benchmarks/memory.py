@@ -451,7 +451,7 @@ def run_memory(
     """
     from benchmarks import busy, latency
     from benchmarks.flink_rest import RestSampler, free_port, rest_settings, rocksdb_settings
-    from benchmarks.procs import RssSampler, expected_workers
+    from benchmarks.procs import SLOT_WORKERS, WORKER, RssSampler, expected_workers, one_worker_per_operator
     from benchmarks.unbounded import unbounded_ingest
     from lakestream.config import load_config, parse_duration
 
@@ -479,6 +479,9 @@ def run_memory(
     }
     env_over = {"LAKESTREAM__FLINK__CHECKPOINT_INTERVAL": checkpoint_interval, **ttls, **(env or {})}
     run_sets = [*sets, *rest_settings(port), *rocksdb_settings(localdir)]
+    # Workers are told apart by operator only when each runs one (``benchmarks.procs``).
+    python_workers = load_config(None, environ={**os.environ, **env_over}).flink.python_workers
+    per_operator = one_worker_per_operator(python_workers, run_sets)
     with unbounded_ingest(
         work,
         bootstrap,
@@ -513,7 +516,8 @@ def run_memory(
         sampler = RssSampler(
             run.proc.pid,
             interval=sample_every_s,
-            classify_workers=True,
+            classify_workers=per_operator,
+            workers_kind=WORKER if per_operator else SLOT_WORKERS,
             expected=lambda: expected_workers(rest.vertices),
             t0=t0,
             pss=True,
@@ -572,6 +576,7 @@ def run_memory(
     samples = [(t, sum(v.values()) / MIB) for t, v in series]
     out["samples"] = [(t, round(v, 1)) for t, v in samples]
     out["peak_mib_by_kind"] = sampler.summary()["peak_mib"]
+    out["python_workers"] = "operator" if per_operator else "slot"
     out["workers_classified"] = sampler.summary()["workers_classified"]
     out["rest"] = rest.summary()
     out["busy_per_minute"] = busy_per_minute(rest.samples, rest.vertices, window)

@@ -3,10 +3,13 @@
 Kinds (``KINDS``): ``client`` (the tree's root: the Python process that built and runs the job), ``jvm``
 (Flink's MiniCluster; Spark's driver in the Spark baseline), the Beam Python workers by the operator
 they run (``standardise workers``, ``resolve workers``, ``other workers`` for workers not told apart
-yet), ``other python`` and ``other`` (the workers' ``bash``/``tee`` wrappers).
+yet; ``slot workers`` when each worker runs every Python operator of its slot, the default
+``flink.python_workers = "slot"``), ``other python`` and ``other`` (the workers' ``bash``/``tee``
+wrappers).
 
-A worker's command line and environment are the same for every Python operator
-(``pyflink.fn_execution.beam.beam_boot --id=<n>-1``), so its operator is read from its Python stack:
+With one worker per operator (``flink.python_workers = "operator"``), a worker's command line and
+environment are the same for every Python operator (``pyflink.fn_execution.beam.beam_boot --id=<n>-1``),
+so its operator is read from its Python stack:
 ``py-spy dump`` (non-blocking) until a stack shows a frame of ``udfs/ingest_standardise.py`` or
 ``udfs/ingest_resolve.py``, i.e. the worker was caught inside a bundle; at most once per poll per
 unclassified worker, up to ``max_tries`` times. When the job's graph says how many workers of each kind
@@ -33,9 +36,10 @@ JVM = "jvm"
 STANDARDISE = "standardise workers"
 RESOLVE = "resolve workers"
 WORKER = "other workers"
+SLOT_WORKERS = "slot workers"
 PYTHON = "other python"
 OTHER = "other"
-KINDS = (CLIENT, JVM, STANDARDISE, RESOLVE, WORKER, PYTHON, OTHER)
+KINDS = (CLIENT, JVM, SLOT_WORKERS, STANDARDISE, RESOLVE, WORKER, PYTHON, OTHER)
 #: Source files whose frames tell a worker's operator (first match wins).
 WORKER_FRAMES = (("ingest_standardise.py", STANDARDISE), ("ingest_resolve.py", RESOLVE))
 #: How the job's Python operators are named (the start of the name): one worker each per subtask.
@@ -49,6 +53,19 @@ def is_beam_worker(cmdline: list[str]) -> bool:
     return "beam_boot" in cmd or "fn_execution" in cmd
 
 
+def one_worker_per_operator(python_workers: str, sets: Iterable[str]) -> bool:
+    """Whether a run's Python operators each get their own worker: ``flink.python_workers``, unless a
+    ``--set`` of Flink's own option (``flink_runtime.PYTHON_WORKER_PER_SLOT``) says otherwise."""
+    from lakestream.flink_runtime import PYTHON_WORKER_PER_SLOT
+
+    per_operator = python_workers == "operator"
+    for entry in sets:
+        key, _, value = entry.partition("=")
+        if key.strip() == PYTHON_WORKER_PER_SLOT:
+            per_operator = value.strip().lower() != "true"
+    return per_operator
+
+
 def worker_kind_from_stack(dump: str) -> str | None:
     """The worker kind a ``py-spy dump`` shows (None: no operator frame on any thread right now)."""
     for marker, kind in WORKER_FRAMES:
@@ -57,8 +74,11 @@ def worker_kind_from_stack(dump: str) -> str | None:
     return None
 
 
-def process_kind(*, is_root: bool, name: str, cmdline: list[str], worker_kind: str | None) -> str:
-    """The kind of one process of the tree (``worker_kind``: what the stack told, if anything yet)."""
+def process_kind(
+    *, is_root: bool, name: str, cmdline: list[str], worker_kind: str | None, unclassified: str = WORKER
+) -> str:
+    """The kind of one process of the tree (``worker_kind``: what the stack told, if anything yet;
+    ``unclassified``: the kind of a worker it did not tell)."""
     name = name.lower()
     if is_root:
         return CLIENT
@@ -66,7 +86,7 @@ def process_kind(*, is_root: bool, name: str, cmdline: list[str], worker_kind: s
         return JVM
     if "python" in name:
         if is_beam_worker(cmdline):
-            return worker_kind or WORKER
+            return worker_kind or unclassified
         return PYTHON
     return OTHER
 
@@ -154,6 +174,8 @@ class RssSampler:
     pid: int
     interval: float = 0.5
     classify_workers: bool = False
+    #: The kind of the Python workers not classified (all of them without ``classify_workers``).
+    workers_kind: str = WORKER
     expected: Callable[[], Mapping[str, int]] | None = None
     t0: float | None = None
     pss: bool = False
@@ -211,7 +233,13 @@ class RssSampler:
                 self._classifier.kinds.update(by_elimination(known, workers, self.expected()))
         kinds = self._classifier.kinds if self._classifier is not None else {}
         kind_of = {
-            pid: process_kind(is_root=pid == self.pid, name=name, cmdline=cmd, worker_kind=kinds.get(pid))
+            pid: process_kind(
+                is_root=pid == self.pid,
+                name=name,
+                cmdline=cmd,
+                worker_kind=kinds.get(pid),
+                unclassified=self.workers_kind,
+            )
             for pid, name, cmd, _ in seen
         }
         return (

@@ -166,6 +166,7 @@ def markdown(results: dict[str, Any]) -> str:
         "batch_size",
         "batch_time",
         "python_execution_mode",
+        "python_workers",
         "jvm_options",
     )
     flink = {k: st["flink"][k] for k in keys if k in st["flink"]}
@@ -357,6 +358,15 @@ def _scaling_lines(results: dict[str, Any], spark_sustained: float | None) -> li
     ]
     proj_text = []
     kafka = None
+    if results["settings"].get("flink", {}).get("python_workers", "operator") == "slot":
+        workers = "one Python worker per slot"
+        shared = (
+            ' The Python operators of a slot share its worker (`flink.python_workers = "slot"`): each '
+            "such vertex's busy time includes waiting while the worker runs another's bundle, so each one's "
+            "ceiling approximates what that slot's worker sustains for all of them together."
+        )
+    else:
+        workers, shared = "one worker per Python operator", ""
     for par, x in sc["by_parallelism"].items():
         pr = x.get("projection") or {}
         kafka = kafka or pr.get("kafka")
@@ -371,9 +381,9 @@ def _scaling_lines(results: dict[str, Any], spark_sustained: float | None) -> li
         f"the events their busiest reader gets under Flink's partition-to-reader assignment, vertices with "
         f"an operator at a fixed parallelism not at all; the lowest projected ceiling is the rate): "
         + ("; ".join(proj_text) or "–")
-        + ". The p=1 run has about as many processes per core (JVM + one worker per Python operator on 2 "
-        f"cores) as p={target} on {target} cores; the p=2 run has twice as many, so its per-subtask speed "
-        "includes waiting for a core.",
+        + f". The p=1 run has about as many processes per core (JVM + {workers} on 2 cores) as p={target} on "
+        f"{target} cores; the p=2 run has more, so its per-subtask speed includes waiting for a core."
+        + shared,
     ]
     if kafka:
         even = 1 / max(1, kafka["partitions"])
@@ -535,12 +545,17 @@ def _memory_lines(m: dict[str, Any] | None) -> list[str]:
             f"{_mib(heap.get('heap_committed'))} MiB committed at most; non-heap "
             f"{_mib(heap.get('nonheap_used'))} MiB, direct buffers {_mib(heap.get('direct_used'))} MiB."
         )
+    workers = (
+        "one per task slot, each running every Python operator of its slot"
+        if m.get("python_workers") == "slot"
+        else "told apart by their stacks, `py-spy dump`; 'other workers' until one is caught in a bundle"
+    )
     lines += [
         "",
         f"Memory rules: {m.get('rule', '–')}; peak total RSS under 3 GB (3 * 10^9 bytes = "
-        f"{'–' if limit is None else f'{limit:,.0f}'} MiB). RSS = client + Flink JVM + Python workers (told "
-        f"apart by their stacks, `py-spy dump`; 'other workers' until one is caught in a bundle) + their "
-        f"wrappers (other), sampled every {m.get('sample_every_s')} s; rows at 10 % steps of the run. De-dup "
+        f"{'–' if limit is None else f'{limit:,.0f}'} MiB). RSS = client + Flink JVM + Python workers "
+        f"({workers}) + their wrappers (other), sampled every {m.get('sample_every_s')} s; rows at 10 % "
+        "steps of the run. De-dup "
         f"entries = RocksDB `estimate-num-keys` of the de-dup operator's state (expired entries count until "
         f"compaction drops them), polled every {m.get('rest_every_s', '–')} s over Flink's REST API. "
         f"Ingested (bronze + quarantine) {m.get('ingested_after_drain', '–')} of {m.get('sent', '–')} sent.",

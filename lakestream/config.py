@@ -164,6 +164,13 @@ class FlinkConfig:
     restart_attempts: int = 3
     restart_delay: timedelta = timedelta(seconds=1)
     python_execution_mode: Literal["process", "thread"] = "process"
+    #: How Python operators map to worker processes. ``slot``: one worker per task slot runs every
+    #: Python operator of that slot (Flink's default; its operators share one GIL). ``operator``: one
+    #: worker per Python operator subtask (a GIL each, ~220 MiB and ~2 s of start-up CPU each). On 2
+    #: cores ``slot`` ran the ingest job with two workers instead of five: peak RSS ~600 MiB lower at
+    #: the same throughput (benchmarks/RESULTS.md); ``operator`` suits slots that each have more than
+    #: one core of their own.
+    python_workers: Literal["slot", "operator"] = "slot"
     bundle_size: int = 10_000
     bundle_time: timedelta = timedelta(milliseconds=100)
     #: Kafka records per batch crossing into Python (one Kafka partition per batch), and the longest a

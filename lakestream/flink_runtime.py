@@ -50,6 +50,8 @@ ROCKSDB_LOOKUP_SETTINGS = {
     "state.backend.rocksdb.use-bloom-filter": "true",
     "state.backend.rocksdb.memory.partitioned-index-filters": "true",
 }
+#: True: one Python worker per task slot (``flink.python_workers = "slot"``), False: one per operator.
+PYTHON_WORKER_PER_SLOT = "python.fn-execution.memory.managed"
 #: Flink's Prometheus reporter, shipped by the pyflink wheel as the plugin ``plugins/metrics-prometheus``.
 PROMETHEUS_FACTORY = "org.apache.flink.metrics.prometheus.PrometheusReporterFactory"
 PROMETHEUS_PLUGIN = "metrics-prometheus"
@@ -154,10 +156,9 @@ def flink_settings(
         "execution.checkpointing.checkpoints-after-tasks-finish": "true",
         # Python workers, JVM and tests share 2 cores and little memory here.
         "taskmanager.memory.managed.fraction": "0.1",
-        # With managed memory, all Python operators of a slot share one worker process, so one GIL:
-        # ingest's resolve operator then ran next to a standardise subtask and both slowed down (resolve
-        # took 11.3 s instead of 7.5 s of a 500k-event run). Unmanaged: one worker process per operator.
-        "python.fn-execution.memory.managed": "false",
+        # ``flink.python_workers``: PyFlink runs all Python operators of a slot in one worker process
+        # when their memory is managed by Flink, one worker per operator subtask otherwise.
+        PYTHON_WORKER_PER_SLOT: str(cfg.python_workers == "slot").lower(),
         # Chained operators hand records over without a deep copy. Safe here: no lakestream Java operator
         # keeps an input record after processElement (the batch operator copies the bytes it keeps, the
         # gate and marker operators emit new or replaced rows), and the Python operators and sinks

@@ -21,8 +21,9 @@ def tune_for_batches() -> None:
     """Freeze what the worker holds after ``open`` and collect the young generation less often.
 
     ``gc.freeze`` moves every object alive now (modules, caches, the writers) to a permanent generation
-    that collections skip. Per process: each Python operator runs in its own worker process here
-    (``python.fn-execution.memory.managed = false``), so this touches no other operator.
+    that collections skip. Per process: with ``flink.python_workers = "slot"`` the slot's other Python
+    operators share the worker and get the same settings; they too handle whole batches, and what their
+    ``open`` built is frozen with it (long-lived objects: writers, caches, metrics).
     """
     gc.freeze()
     _, gen1, gen2 = gc.get_threshold()

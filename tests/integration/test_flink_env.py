@@ -321,3 +321,37 @@ def test_rocksdb_works_in_the_scratch_folder_unless_the_caller_chose_a_folder(tm
     default, extra, settings = json.loads(out.stdout.strip().splitlines()[-1])
     assert Path(default).parent == tmp_path and Path(default).name.startswith("lakestream-jvm-")
     assert (extra, settings) == ("/chosen-extra", "/chosen-settings")
+
+
+WORKERS_PROBE = textwrap.dedent(
+    """
+    import json, os, sys
+    from pyflink.common import Types
+    from lakestream.config import FlinkConfig
+    from lakestream.flink_runtime import build_env
+
+    env = build_env(FlinkConfig(parallelism=2, python_workers=sys.argv[2]), checkpoint_dir=sys.argv[1])
+    first = env.from_collection(list(range(64)), type_info=Types.INT()).rebalance().map(
+        lambda x: f"{x},{os.getpid()}", output_type=Types.STRING()
+    )
+    both = first.key_by(lambda s: int(s.split(",")[0]) % 8, key_type=Types.INT()).map(
+        lambda s: f"{s},{os.getpid()}", output_type=Types.STRING()
+    )
+    rows = [r.split(",") for r in both.execute_and_collect()]
+    print(json.dumps([sorted({r[1] for r in rows}), sorted({r[2] for r in rows})]))
+    """
+)
+
+
+def test_python_workers_run_one_per_slot_or_one_per_operator(tmp_path: Path) -> None:
+    """``flink.python_workers``: two Python operators at parallelism 2 run in the same two worker
+    processes (``slot``) or in four (``operator``)."""
+    pids = {}
+    for mode in ("slot", "operator"):
+        out = _run_script(tmp_path, WORKERS_PROBE, [str(tmp_path / f"ckpt-{mode}"), mode])
+        first, second = json.loads(out.stdout.strip().splitlines()[-1])
+        pids[mode] = (set(first), set(second))
+    first, second = pids["slot"]
+    assert first == second and len(first) == 2, pids
+    first, second = pids["operator"]
+    assert not first & second and len(first) == len(second) == 2, pids

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from benchmarks import procs
 
 VENV = "/work/x/.venv"
@@ -56,6 +58,33 @@ def test_process_kinds_of_a_recorded_tree() -> None:
     assert not procs.is_beam_worker(TREE[0][2]) and procs.is_beam_worker(TREE[3][2])
     # A Python child that is no Beam worker (e.g. Spark's) is "other python", not a worker.
     assert kind_of(7, "python3", ["python3", "-m", "pyspark.daemon"], {}) == procs.PYTHON
+
+
+def test_workers_of_a_run_with_one_worker_per_slot_are_slot_workers() -> None:
+    kinds = {
+        pid: procs.process_kind(
+            is_root=pid == 100, name=name, cmdline=cmd, worker_kind=None, unclassified=procs.SLOT_WORKERS
+        )
+        for pid, name, cmd in TREE
+    }
+    assert [pid for pid, k in kinds.items() if k == procs.SLOT_WORKERS] == [103, 105, 106]
+    assert kinds[101] == procs.JVM and kinds[102] == procs.OTHER
+
+
+@pytest.mark.parametrize(
+    ("python_workers", "sets", "per_operator"),
+    [
+        ("slot", [], False),
+        ("operator", [], True),
+        ("slot", ["python.fn-execution.memory.managed=false"], True),
+        ("operator", ["rest.port=1", "python.fn-execution.memory.managed = TRUE"], False),
+        ("slot", ["python.fn-execution.memory.managed.x=false"], False),
+    ],
+)
+def test_whether_a_run_has_one_worker_per_operator(
+    python_workers: str, sets: list[str], per_operator: bool
+) -> None:
+    assert procs.one_worker_per_operator(python_workers, sets) is per_operator
 
 
 def test_worker_kind_from_its_stack() -> None:

@@ -85,7 +85,12 @@ def test_scaling_lines_render_rates_vertices_projection_and_rules() -> None:
     assert "Projection to p=8 (assumption: 8 cores" in text
     assert "Kafka caps it: the input has 8 partitions; at 8 source readers 6 get work" in text
     assert "Busy ratio of a subtask" in text and "10 % of bronze's rows" in text
+    assert "JVM + one worker per Python operator on 2 cores" in text and "share its worker" not in text
     assert report._scaling_lines({"summary": {}, "settings": {"modes": ["process"]}}, None) == []
+    results["settings"]["flink"]["python_workers"] = "slot"
+    text = "\n".join(report._scaling_lines(results, spark_sustained=10_000.0))
+    assert "JVM + one Python worker per slot on 2 cores" in text
+    assert "The Python operators of a slot share its worker" in text
 
 
 def test_compare_env_variants_are_grouped_by_label_and_checked() -> None:

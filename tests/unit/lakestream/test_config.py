@@ -39,6 +39,7 @@ def test_env_overrides_file_and_parses_types(tmp_path):
         ("[flnk]\n", "flnk"),
         ('[flink]\nparallelism = "two"\n', "flink.parallelism"),
         ('[flink]\npython_execution_mode = "fast"\n', "flink.python_execution_mode"),
+        ('[flink]\npython_workers = "task"\n', "flink.python_workers.*operator"),
         ('[event_time]\ndedup_ttl = "soon"\n', "event_time.dedup_ttl"),
         ("[flink]\nparallelism = -1\n", "flink.parallelism"),
         ("not toml =", "not valid TOML"),

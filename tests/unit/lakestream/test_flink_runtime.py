@@ -85,6 +85,16 @@ def test_rocksdb_state_gets_bloom_filters_and_partitioned_index_filters(
         assert got == dict.fromkeys(ROCKSDB_LOOKUP_SETTINGS)
 
 
+@pytest.mark.parametrize(("python_workers", "managed"), [("slot", "true"), ("operator", "false")])
+def test_python_workers_per_slot_or_per_operator(tmp_path: Path, python_workers: str, managed: str) -> None:
+    from lakestream.config import FlinkConfig
+    from lakestream.flink_runtime import PYTHON_WORKER_PER_SLOT, flink_settings
+
+    cfg = FlinkConfig(python_workers=python_workers)  # type: ignore[arg-type]
+    assert flink_settings(cfg, checkpoint_dir=str(tmp_path))[PYTHON_WORKER_PER_SLOT] == managed
+    assert FlinkConfig().python_workers == "slot"
+
+
 def test_a_launch_whose_options_choose_class_sharing_gets_no_archive_of_ours(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
