@@ -44,6 +44,9 @@ class StandaloneCluster:
         self.conf_dir = self.work_dir / "conf"
         self.log_dir = self.work_dir / "log"
         self.pid_dir = self.work_dir / "pid"
+        #: The cluster's JVMs' temporary files (extracted planner and RPC jars, blobs, RocksDB working
+        #: copies), and the ``flink run`` client's: under ``work_dir``, not left in the system's.
+        self.tmp_dir = self.work_dir / "tmp"
         self.home = flink_home()
 
     # -- configuration -------------------------------------------------------------------------------
@@ -51,6 +54,7 @@ class StandaloneCluster:
         self.conf_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.pid_dir.mkdir(parents=True, exist_ok=True)
+        self.tmp_dir.mkdir(parents=True, exist_ok=True)
         for name in ("log4j.properties", "log4j-cli.properties", "log4j-console.properties"):
             shutil.copy(self.home / "conf" / name, self.conf_dir / name)
         settings = {
@@ -70,7 +74,8 @@ class StandaloneCluster:
             "blob.server.port": "0",
             "env.pid.dir": str(self.pid_dir),
             "env.log.dir": str(self.log_dir),
-            "env.java.opts.all": _wheel_java_opts(self.home),
+            "env.java.opts.all": _java_opts(self.home, self.tmp_dir),
+            "io.tmp.dirs": str(self.tmp_dir),
             "python.executable": sys.executable,
             "python.client.executable": sys.executable,
             **self.extra_conf,
@@ -246,6 +251,15 @@ class StandaloneCluster:
                 return state
             time.sleep(0.5)
         raise FlinkRuntimeError(f"job {job_id} still {state} after {timeout:.0f}s; logs: {self.log_dir}")
+
+
+def _java_opts(home: Path, tmp_dir: Path) -> str:
+    """The wheel's JVM options, and the temporary folder where its path has no white space (Flink's
+    scripts split the options at white space)."""
+    opts = _wheel_java_opts(home)
+    if any(c.isspace() for c in str(tmp_dir)):
+        return opts
+    return f"{opts} -Djava.io.tmpdir={tmp_dir}".strip()
 
 
 def _wheel_java_opts(home: Path) -> str:

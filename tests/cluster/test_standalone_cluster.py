@@ -56,3 +56,5 @@ def test_flink_run_py_lands_exactly_once(
     assert [j["state"] for j in jobs] == ["FINISHED"]
     got = DeltaTable(str(lakehouse / "raw" / "cluster")).to_pyarrow_table()
     assert sorted(got["value"].to_pylist()) == sorted(sent)
+    # The cluster's and the client's JVMs kept their temporary files in the cluster's folder.
+    assert any(cluster.tmp_dir.iterdir()), cluster.tmp_dir

@@ -132,8 +132,8 @@ def test_restores_at_another_parallelism_keep_the_dedup_state(
 
     send(kafka, topics["payments"], [payment(i) for i in (2, 7, 12)])  # two re-deliveries
     send(kafka, topics["behaviour"], [behaviour(i) for i in (3, 6, 7)])  # one re-delivery
-    run_until(
-        {**env, "LAKESTREAM__FLINK__PARALLELISM": "1"},
+    run_until(  # also one worker per Python operator: the checkpoint restores whatever the processes
+        {**env, "LAKESTREAM__FLINK__PARALLELISM": "1", "LAKESTREAM__FLINK__PYTHON_WORKERS": "operator"},
         log,
         lakehouse,
         {"bronze/order_events": 24, "silver/orders": 13},
