@@ -3,8 +3,10 @@
 VACUUM deletes files removed from the table more than its retention ago, and log cleanup deletes old
 commit files; a reader that is behind, or that restores from a checkpoint taken a while ago, still
 needs the files of every version from the one its offset state names. PyFlink gives the source no
-checkpoint hook, so the Flink source records, at most every ``RECORD_EVERY_MS``, the version its offset
-state holds and the time, keeping ``HISTORY_MS`` of such entries; a checkpoint taken at time t holds an
+checkpoint hook, so the Flink source records the version its offset state holds and the time whenever
+that version changes (at most once per poll) and otherwise every ``RECORD_EVERY_MS``, keeping
+``HISTORY_MS`` of such entries (not at the task's end only: with one Python worker per slot PyFlink does
+not call every function's ``close`` when a bounded job ends); a checkpoint taken at time t holds an
 offset at or after the entry recorded last before t. ``lakestream maintain`` reads these records to
 know how far back each reader may still go (DESIGN.md section 10). Local tables only.
 
@@ -27,7 +29,7 @@ log = logging.getLogger(__name__)
 
 READERS_DIR = Path("_lakestream") / "readers"
 RECORD_FORMAT = 1
-#: A reader rewrites its record at most this often (one small file write per 10 s of polling).
+#: A reader whose version stays the same rewrites its record this often (its time moves on).
 RECORD_EVERY_MS = 10_000
 #: How much position history a record keeps: the longest a restore may go back behind the reader's
 #: newest entry (checkpoint interval plus checkpoint timeout) must fit into it.
@@ -152,7 +154,8 @@ def write_record(table_root: Path, record: ReaderRecord) -> None:
 
 
 class PositionRecorder:
-    """The Flink source's side: observe the offset state's version on each poll, write when due.
+    """The Flink source's side: observe the offset state's version on each poll, write when it changed
+    (or went back) and when ``every_ms`` passed since the last write.
 
     A failure to write is logged once and never fails the stream: the record only informs maintenance.
     """
@@ -163,6 +166,7 @@ class PositionRecorder:
         self.every_ms = every_ms
         self._record: ReaderRecord | None = None
         self._written_ms: int | None = None
+        self._written_version: int | None = None
         self._warned = False
         with contextlib.suppress(OSError, ValueError, KeyError):
             self._record = ReaderRecord.from_json(record_path(table_root, reader).read_text(encoding="utf-8"))
@@ -181,7 +185,8 @@ class PositionRecorder:
         self._record = with_position(
             self._record, reader=self.reader, table_id=table_id, version=version, now_ms=now_ms
         )
-        due = self._written_ms is None or lower or now_ms - self._written_ms >= self.every_ms
+        moved = version != self._written_version
+        due = self._written_ms is None or moved or lower or now_ms - self._written_ms >= self.every_ms
         if not due:
             return False
         return self._write()
@@ -198,4 +203,5 @@ class PositionRecorder:
                 self._warned = True
             return False
         self._written_ms = self._record.updated_ms
+        self._written_version = self._record.positions[-1][1]
         return True

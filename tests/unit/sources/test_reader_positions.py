@@ -63,20 +63,21 @@ def test_json_round_trip_and_safe_file_names(tmp_path: Path) -> None:
     assert path.parent == tmp_path / "_lakestream" / "readers" and "/" not in path.name[:-5]
 
 
-def test_the_recorder_writes_at_most_every_interval_and_at_once_when_the_offset_goes_back(
-    tmp_path: Path,
-) -> None:
+def test_the_recorder_writes_each_new_version_and_a_still_one_every_interval(tmp_path: Path) -> None:
     rec = PositionRecorder(tmp_path, "feed", every_ms=10_000)
     assert rec.observe(version=3, table_id="t", now_ms=0)
-    assert not rec.observe(version=4, table_id="t", now_ms=5_000)
+    assert not rec.observe(version=3, table_id="t", now_ms=5_000)  # the same version: not yet
     assert read_records(tmp_path)[0].positions == ((0, 3),)
-    assert rec.observe(version=5, table_id="t", now_ms=10_000)
-    assert read_records(tmp_path)[0].positions == ((0, 3), (5_000, 4), (10_000, 5))
-    assert rec.observe(version=2, table_id="t", now_ms=11_000)  # a restore: written at once
-    assert read_records(tmp_path)[0].positions[-1] == (11_000, 2)
-    assert not rec.observe(version=3, table_id="t", now_ms=12_000)
+    assert rec.observe(version=4, table_id="t", now_ms=6_000)  # a new version: written at once
+    assert read_records(tmp_path)[0].positions == ((0, 3), (6_000, 4))
+    assert not rec.observe(version=4, table_id="t", now_ms=15_000)
+    assert rec.observe(version=4, table_id="t", now_ms=16_000)  # the interval passed
+    assert read_records(tmp_path)[0].updated_ms == 16_000
+    assert rec.observe(version=2, table_id="t", now_ms=17_000)  # a restore: written at once
+    assert read_records(tmp_path)[0].positions[-1] == (17_000, 2)
+    assert not rec.observe(version=2, table_id="t", now_ms=18_000)
     assert rec.flush() and not rec.flush()  # the end of the task writes what is left
-    assert read_records(tmp_path)[0].positions[-1] == (12_000, 3)
+    assert read_records(tmp_path)[0].updated_ms == 18_000
     # A new task attempt continues the record it finds.
     again = PositionRecorder(tmp_path, "feed")
     again.observe(version=3, table_id="t", now_ms=13_000)
