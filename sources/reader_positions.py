@@ -179,14 +179,12 @@ class PositionRecorder:
 
     def observe(self, *, version: int, table_id: str, now_ms: int) -> bool:
         """Note the offset state's version; True when the record was written."""
-        lower = (
-            self._record is not None and self._record.positions and version < self._record.positions[-1][1]
-        )
         self._record = with_position(
             self._record, reader=self.reader, table_id=table_id, version=version, now_ms=now_ms
         )
+        # Another version than the one on disk (a restore's lower one included) is written at once.
         moved = version != self._written_version
-        due = self._written_ms is None or moved or lower or now_ms - self._written_ms >= self.every_ms
+        due = moved or self._written_ms is None or now_ms - self._written_ms >= self.every_ms
         if not due:
             return False
         return self._write()
