@@ -125,6 +125,22 @@ def _worker_pids(root_pid: int) -> list[int]:
     return out
 
 
+def _started_workers(proc: subprocess.Popen[bytes], settle_s: float = 3.0, limit_s: float = 120) -> list[int]:
+    """The run's Python workers once their number held for ``settle_s``: one per slot or one per
+    operator subtask (``flink.python_workers``), so how many is not known beforehand."""
+    workers: list[int] = []
+    deadline = time.monotonic() + limit_s
+    since = time.monotonic()
+    while proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = _worker_pids(proc.pid)
+        if sorted(now) != sorted(workers):
+            workers, since = now, time.monotonic()
+        elif workers and time.monotonic() - since >= settle_s:
+            break
+    return workers
+
+
 class CpuTracker:
     """CPU seconds (user + system) per kind of process of a run, kept for processes that already exited."""
 
@@ -197,11 +213,7 @@ def main(argv: list[str] | None = None) -> int:
                 start_new_session=True,
             )  # fmt: skip
             try:
-                workers: list[int] = []
-                deadline = time.monotonic() + 120
-                while len(workers) < 3 and proc.poll() is None and time.monotonic() < deadline:
-                    time.sleep(0.5)
-                    workers = _worker_pids(proc.pid)
+                workers = _started_workers(proc)
                 time.sleep(2)  # past the workers' imports, into the data
                 spies = [
                     subprocess.Popen(
