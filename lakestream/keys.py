@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from hashlib import blake2b
 from typing import NamedTuple
 
+import numpy as np
+
 #: Flink's bounds on the number of key groups (``KeyGroupRangeAssignment.UPPER_BOUND_MAX_PARALLELISM``).
 MAX_KEY_GROUPS = 1 << 15
 
@@ -47,22 +49,42 @@ class Part(NamedTuple):
 def split_by_subtask(
     order_ids: Sequence[str | None], event_ids: Sequence[str], *, parallelism: int, max_parallelism: int
 ) -> list[Part]:
-    """Group a batch's events by the subtask owning their bucket (subtasks in ascending order)."""
+    """Group a batch's events by the subtask owning their bucket (subtasks in ascending order).
+
+    The same buckets and id hashes as ``bucket_of`` and ``id_hash``, a batch at a time: one digest call
+    per key, the digests read as big-endian integers by numpy rather than one ``int.from_bytes`` each.
+    """
     if not 1 <= parallelism <= max_parallelism <= MAX_KEY_GROUPS:
         raise ValueError(
             f"flink.parallelism ({parallelism}) must be at least 1 and at most flink.max_parallelism "
             f"({max_parallelism}), itself at most {MAX_KEY_GROUPS}"
         )
-    parts: dict[int, Part] = {}
-    for i, (order_id, event_id) in enumerate(zip(order_ids, event_ids, strict=True)):
-        bucket = bucket_of(order_id, event_id, max_parallelism)
-        subtask = bucket * parallelism // max_parallelism
-        part = parts.get(subtask)
-        if part is None:
-            part = parts[subtask] = Part(subtask, [], [], [], [])
-        hi, lo = id_hash(event_id)
-        part.positions.append(i)
-        part.buckets.append(bucket)
-        part.id_hi.append(hi)
-        part.id_lo.append(lo)
-    return [parts[s] for s in sorted(parts)]
+    n = len(event_ids)
+    if len(order_ids) != n:
+        raise ValueError(f"order_ids ({len(order_ids)}) and event_ids ({n}) must be as long as each other")
+    if n == 0:
+        return []
+    ids = b"".join([blake2b(e.encode("utf-8"), digest_size=16).digest() for e in event_ids])
+    halves = np.frombuffer(ids, dtype=">i8").reshape(n, 2)
+    keys = b"".join(
+        [
+            blake2b((o if o is not None else e).encode("utf-8"), digest_size=8).digest()
+            for o, e in zip(order_ids, event_ids, strict=True)
+        ]
+    )
+    buckets = (np.frombuffer(keys, dtype=">u8") % np.uint64(max_parallelism)).astype(np.int64)
+    subtasks = buckets * parallelism // max_parallelism
+    owners = np.unique(subtasks)
+    if len(owners) == 1:
+        return [
+            Part(
+                int(owners[0]), list(range(n)), buckets.tolist(), halves[:, 0].tolist(), halves[:, 1].tolist()
+            )
+        ]
+    parts = []
+    for subtask in owners.tolist():
+        at = np.flatnonzero(subtasks == subtask)
+        parts.append(
+            Part(subtask, at.tolist(), buckets[at].tolist(), halves[at, 0].tolist(), halves[at, 1].tolist())
+        )
+    return parts

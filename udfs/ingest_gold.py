@@ -29,6 +29,7 @@ from lakestream.merge_spec import MergeSpec
 from udfs.checkpoint_markers import DATA, KIND_FIELD, OPEN, PAYLOAD_FIELD, Marker
 from udfs.delta_sink import DeltaSinkSpec, TableWriters
 from udfs.global_commit import SecondSink
+from udfs.ingest_rows import string_list
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyflink.datastream import DataStream
@@ -78,8 +79,8 @@ def gold_columns(events: pa.RecordBatch) -> tuple[bytes, list[int], list[str | N
     return (
         kinds.to_numpy(zero_copy_only=False).astype(np.int8).tobytes(),
         amounts.astype(np.int64).tolist(),
-        events.column("order_id").to_pylist(),
-        events.column("user_id").to_pylist(),
+        string_list(events.column("order_id")),
+        string_list(events.column("user_id")),
     )
 
 

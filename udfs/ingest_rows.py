@@ -12,7 +12,9 @@ from datetime import datetime, timedelta, timezone
 from operator import attrgetter
 from typing import Any, NamedTuple
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lakestream.standard import (
     BRONZE_SCHEMA,
@@ -127,6 +129,20 @@ NOT_LATE = -(2**63)
 def epoch_millis(ts: datetime) -> int:
     """Epoch milliseconds, floored (exact integer arithmetic: no float rounding near the boundary)."""
     return (ts - EPOCH) // _MILLI
+
+
+def event_millis(events: pa.RecordBatch) -> np.ndarray[Any, np.dtype[np.int64]]:
+    """``epoch_millis`` of every ``event_time`` of a bronze batch without nulls, at once."""
+    micros = pc.cast(events.column("event_time"), pa.int64()).to_numpy(zero_copy_only=False)
+    millis: np.ndarray[Any, np.dtype[np.int64]] = np.floor_divide(micros, 1000)  # floors like epoch_millis
+    return millis
+
+
+def string_list(column: pa.Array | pa.ChunkedArray) -> list[str | None]:
+    """A string column as a list (None for nulls), as ``to_pylist`` gives it at about a twentieth of its
+    cost: through numpy's object array rather than one Arrow scalar per value."""
+    values: list[str | None] = column.to_numpy(zero_copy_only=False).tolist()
+    return values
 
 
 def from_epoch_millis(ms: int) -> datetime:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 from pyflink.common import Row, Types
@@ -30,15 +30,15 @@ from udfs.ingest_rows import (
     BatchPart,
     KafkaBatch,
     bronze_row,
-    epoch_millis,
+    event_millis,
     invalid_row,
     pack_events,
     quarantine_row,
+    string_list,
 )
 from udfs.worker_gc import tune_for_batches
 
 UTC = timezone.utc
-_EVENT_TIME = EVENT_COLUMNS.index("event_time")
 _QUALITY = EVENT_COLUMNS.index("quality")
 
 #: Main output (``ingest_rows.BatchPart``): per Kafka batch with VALID events a header with their times
@@ -141,64 +141,65 @@ class StandardiseFunction(ProcessFunction):  # type: ignore[misc]
         now = datetime.now(UTC)
         rows: list[Any] = []
         valid: list[bool] = []
-        times: list[int] = []
         for topic, partition, offset, payload in batch.records():
             row = self._route(topic, partition, offset, payload, now)
             if row is None:
                 continue
             rows.append(row)
-            is_valid = row[_QUALITY] == "VALID"
-            valid.append(is_valid)
-            if is_valid:
-                times.append(epoch_millis(row[_EVENT_TIME]))
+            valid.append(row[_QUALITY] == "VALID")
         counts = self._counts
         for quality, n in counts.items():
             if n:
                 self._counters[quality].inc(n)
                 counts[quality] = 0
-        self._note_progress(batch, times)
         if not rows:
+            self._note_progress(batch, None)
             return
         # One Arrow batch per Kafka batch: bronze takes it whole, the gate gets its VALID rows as IPC.
         bronze = rows_to_batch(rows, self._bronze_schema)
         self.tables.add_batch(BRONZE, bronze)
-        if times:
-            events = bronze if len(times) == len(rows) else bronze.filter(pa.array(valid))
-            split = f"{batch.topic}#{batch.partition}"
-            yield Row(split, HEADER, times, [], [], [], [], None, None, None, None, None, None, None)
-            parts = split_by_subtask(
-                events.column("order_id").to_pylist(),
-                events.column("event_id").to_pylist(),
-                parallelism=self.parallelism,
-                max_parallelism=self.max_parallelism,
+        n_valid = sum(valid)
+        if not n_valid:
+            self._note_progress(batch, None)
+            return
+        events = bronze if n_valid == len(rows) else bronze.filter(pa.array(valid))
+        times = event_millis(events)
+        self._note_progress(batch, int(times.max()))
+        split = f"{batch.topic}#{batch.partition}"
+        yield Row(split, HEADER, times.tolist(), [], [], [], [], None, None, None, None, None, None, None)
+        parts = split_by_subtask(
+            string_list(events.column("order_id")),
+            cast("list[str]", string_list(events.column("event_id"))),  # not nullable in bronze
+            parallelism=self.parallelism,
+            max_parallelism=self.max_parallelism,
+        )
+        whole = len(parts) == 1
+        for part in parts:
+            rows_of_part = events if whole else events.take(pa.array(part.positions, pa.int32()))
+            gold_cols = gold_columns(rows_of_part) if self.gold else (None, None, None, None)
+            yield Row(
+                split,
+                part.subtask,
+                times.tolist() if whole else times[part.positions].tolist(),
+                part.positions,
+                part.buckets,
+                part.id_hi,
+                part.id_lo,
+                None,
+                pack_events(rows_of_part),
+                *gold_cols,
+                None,
             )
-            whole = len(parts) == 1
-            for part in parts:
-                rows_of_part = events if whole else events.take(pa.array(part.positions, pa.int32()))
-                gold_cols = gold_columns(rows_of_part) if self.gold else (None, None, None, None)
-                yield Row(
-                    split,
-                    part.subtask,
-                    [times[i] for i in part.positions],
-                    part.positions,
-                    part.buckets,
-                    part.id_hi,
-                    part.id_lo,
-                    None,
-                    pack_events(rows_of_part),
-                    *gold_cols,
-                    None,
-                )
 
-    def _note_progress(self, batch: KafkaBatch, times: list[int]) -> None:
+    def _note_progress(self, batch: KafkaBatch, newest: int | None) -> None:
         """Bronze's commits record where each partition stands (DESIGN.md section 9): the next offset,
-        and the newest VALID event time, which the next run's gate starts from."""
+        and the newest VALID event time (``newest``, epoch ms; None without VALID events), which the
+        next run's gate starts from."""
         if not batch.offsets:
             return
         progress = {kafka_key(batch.topic, batch.partition): batch.offsets[-1] + 1}
-        if times:
+        if newest is not None:
             key = watermark_key(batch.topic, batch.partition)
-            newest = max(times)
             if newest >= 0 and newest > self._maxima.get(key, -1):
                 self._maxima[key] = newest
                 progress[key] = newest

@@ -30,25 +30,29 @@ def test_key_groups_are_spread_over_subtasks_in_contiguous_ranges() -> None:
 
 
 ids = st.lists(
-    st.tuples(st.sampled_from([None, "o1", "o2", "o3", "o4"]), st.text("abc", max_size=3)), max_size=40
+    st.tuples(
+        st.sampled_from([None, "o1", "o2", "o3", "o4", "订单-7"]),
+        st.one_of(st.text("abc", max_size=3), st.text(max_size=12)),
+    ),
+    max_size=40,
 )
 
 
-@settings(max_examples=200, deadline=None)
-@given(ids, st.integers(1, 8))
+@settings(max_examples=300, deadline=None)
+@given(ids, st.integers(1, 8), st.sampled_from([8, 16, 128, 1000, 32768]))
 def test_split_by_subtask_places_every_event_once_with_its_owner(
-    events: list[tuple[str | None, str]], parallelism: int
+    events: list[tuple[str | None, str]], parallelism: int, max_parallelism: int
 ) -> None:
     order_ids = [o for o, _ in events]
     event_ids = [e for _, e in events]
-    parts = split_by_subtask(order_ids, event_ids, parallelism=parallelism, max_parallelism=16)
+    parts = split_by_subtask(order_ids, event_ids, parallelism=parallelism, max_parallelism=max_parallelism)
     assert [p.subtask for p in parts] == sorted({p.subtask for p in parts})
     assert sorted(i for p in parts for i in p.positions) == list(range(len(events)))
     for part in parts:
         assert part.positions == sorted(part.positions)
         for i, bucket, hi, lo in zip(part.positions, part.buckets, part.id_hi, part.id_lo, strict=True):
-            assert bucket == bucket_of(order_ids[i], event_ids[i], 16)
-            assert subtask_of(bucket, parallelism, 16) == part.subtask
+            assert bucket == bucket_of(order_ids[i], event_ids[i], max_parallelism)
+            assert subtask_of(bucket, parallelism, max_parallelism) == part.subtask
             assert (hi, lo) == id_hash(event_ids[i])
     # One order's events, and all copies of one event, go to one subtask.
     owner: dict[tuple[str, str], int] = {}
@@ -56,6 +60,16 @@ def test_split_by_subtask_places_every_event_once_with_its_owner(
         for i in part.positions:
             key = ("order", order_ids[i]) if order_ids[i] is not None else ("event", event_ids[i])
             assert owner.setdefault(key, part.subtask) == part.subtask  # type: ignore[arg-type]
+
+
+def test_split_by_subtask_gives_python_ints_in_lists() -> None:
+    # The parts go to Beam's coders as they are: lists of plain ints, not numpy values.
+    (part,) = split_by_subtask(["o"], ["e"], parallelism=1, max_parallelism=128)
+    for column in (part.positions, part.buckets, part.id_hi, part.id_lo):
+        assert type(column) is list and all(type(v) is int for v in column)
+    assert split_by_subtask([], [], parallelism=2, max_parallelism=128) == []
+    with pytest.raises(ValueError, match="order_ids"):
+        split_by_subtask(["o"], [], parallelism=1, max_parallelism=128)
 
 
 def test_bad_parallelism_names_the_settings() -> None:

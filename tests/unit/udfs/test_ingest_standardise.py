@@ -38,11 +38,11 @@ def _kafka_batch(values: list[bytes | None]) -> tuple[Any, ...]:
     )
 
 
-def test_one_batch_is_routed_and_counted_per_quality(tmp_path: Path) -> None:
+def _function(tmp_path: Path) -> StandardiseFunction:
     def spec(name: str, schema: Any) -> DeltaSinkSpec:
         return DeltaSinkSpec(table_uri=str(tmp_path / name), app_prefix=name, schema=schema)
 
-    fn = StandardiseFunction(
+    return StandardiseFunction(
         sources_by_topic={TOPIC: "payments"},
         adapter_settings=AdapterSettings(source_zone="Asia/Shanghai"),
         rules=QualityRules(
@@ -59,6 +59,10 @@ def test_one_batch_is_routed_and_counted_per_quality(tmp_path: Path) -> None:
         parallelism=2,
         max_parallelism=128,
     )
+
+
+def test_one_batch_is_routed_and_counted_per_quality(tmp_path: Path) -> None:
+    fn = _function(tmp_path)
     ctx = MetricsContext()
     fn.open(ctx)
     list(fn.process_element((OPEN, -1, 0, 1, "run-1", None), None))
@@ -102,4 +106,36 @@ def test_one_batch_is_routed_and_counted_per_quality(tmp_path: Path) -> None:
         assert {subtask_of(b, 2, 128) for b in part.buckets} == {part.part}
         assert list(zip(part.id_hi, part.id_lo, strict=True)) == [id_hash(eid) for eid in ids]
         assert part.event_times == [1717214400123] * len(ids) and part.late_watermarks is None
+    fn.close()
+
+
+def test_parts_carry_their_own_events_times_and_bronze_records_the_newest(tmp_path: Path) -> None:
+    fn = _function(tmp_path)
+    fn.open(MetricsContext())
+    list(fn.process_element((OPEN, -1, 0, 1, "run-1", None), None))
+    base = 1717214400000
+    payments = [
+        {"payId": f"P{i}", "orderId": str(1000 + i), "payMoney": 100, "paidAt": base + 1000 * (i % 7)}
+        for i in range(40)
+    ]
+    values = [json.dumps(p).encode() for p in payments] + [json.dumps({"payId": "X", "paidAt": 0}).encode()]
+    rows = [
+        BatchPart._make(r) for r in fn.process_element((DATA, -1, -1, -1, None, _kafka_batch(values)), None)
+    ]
+    header, parts = rows[0], rows[1:]
+    assert header.part == HEADER and header.event_times == [p["paidAt"] for p in payments]
+    assert len(parts) == 2  # 40 orders over two subtasks
+    for part in parts:
+        assert part.event_times == [payments[i]["paidAt"] for i in part.positions]
+        assert part.buckets == [
+            bucket_of(payments[i]["orderId"], f"payments:P{i}", 128) for i in part.positions
+        ]
+    # The newest VALID event time of the partition, and its next offset (the INVALID record's included).
+    assert fn.tables.progress[BRONZE] == {
+        f"kafka/{TOPIC}/0": len(values),
+        f"watermark/{TOPIC}/0": base + 6000,
+    }
+    # A batch of rejects only moves the offset.
+    list(fn.process_element((DATA, -1, -1, -1, None, _kafka_batch([b"{nope"])), None))
+    assert fn.tables.progress[BRONZE][f"kafka/{TOPIC}/0"] == 1
     fn.close()
