@@ -55,9 +55,18 @@ def _fresh_dir(work: Path, name: str) -> Path:
 
 
 def _measured_run(
-    cmd: list[str], run_dir: Path, *, env: dict[str, str], cwd: Path, timeout: float
+    cmd: list[str],
+    run_dir: Path,
+    *,
+    env: dict[str, str],
+    cwd: Path,
+    timeout: float,
+    cpu_series: list[tuple[float, dict[str, float]]] | None = None,
 ) -> dict[str, Any]:
-    """Run one pipeline process (own session), sample its tree's RSS, merge the result file it wrote."""
+    """Run one pipeline process (own session), sample its tree's RSS, merge the result file it wrote.
+
+    ``cpu_series``: filled with the tree's cumulative CPU seconds per kind of process over the run
+    (``procs.RssSampler.cpu_series``)."""
     from benchmarks.procs import RssSampler
 
     t0 = time.monotonic()
@@ -72,6 +81,8 @@ def _measured_run(
             kill_group(proc)
             rc = -9
         mem = sampler.stop()
+    if cpu_series is not None:
+        cpu_series.extend(sampler.cpu_series)
     out: dict[str, Any] = {"rc": rc, "wall_s": round(time.monotonic() - t0, 2), "memory": mem}
     result_file = run_dir / "result.json"
     if result_file.exists():
@@ -103,6 +114,7 @@ def run_ingest(
     """
     from benchmarks import busy
     from benchmarks.flink_rest import RestSampler, free_port, rest_settings
+    from benchmarks.procs import cpu_between
 
     run_dir = _fresh_dir(work, f"ingest-{label}")
     rest: RestSampler | None = None
@@ -121,7 +133,12 @@ def run_ingest(
     env = _child_env(LAKESTREAM__FLINK__PYTHON_EXECUTION_MODE=mode, **env_over)
     if rest is not None:
         rest.start()
-    out = {"label": label, "mode": mode, **_measured_run(cmd, run_dir, env=env, cwd=tree, timeout=timeout)}
+    cpu_series: list[tuple[float, dict[str, float]]] = []
+    out = {
+        "label": label,
+        "mode": mode,
+        **_measured_run(cmd, run_dir, env=env, cwd=tree, timeout=timeout, cpu_series=cpu_series),
+    }
     samples = rest.stop() if rest is not None else []
     if rest is not None:
         # Summarised below once the tables tell the run's steady part; kept raw for re-analysis.
@@ -166,6 +183,12 @@ def run_ingest(
             out["teardown_s"] = round(out["execute_end_epoch_s"] - last, 2)
             out["sustained_events_per_s"] = round(wl.events / out["sustained_s"])
             out["to_execute_end_events_per_s"] = round(wl.events / (out["execute_end_epoch_s"] - first))
+            # What the sustained part cost the machine: CPU seconds of the job's processes (the broker
+            # is not one of them), per event and as cores kept busy on average.
+            cpu = cpu_between(cpu_series, first, last)
+            out["sustained_cpu_s"] = cpu
+            out["cpu_us_per_event"] = round(sum(cpu.values()) * 1e6 / wl.events, 1)
+            out["cores_busy"] = round(sum(cpu.values()) / (last - first), 2)
             if rest is not None:
                 q = ingest_time_quantiles(lh, (0.1, 0.9))
                 steady = None if q is None or q[1] <= q[0] else (q[0], q[1], 0.8 * wl.events / (q[1] - q[0]))
@@ -455,7 +478,8 @@ def run_variants(
     label: str = "variant",
 ) -> dict[str, Any]:
     """Bounded ingest once per variant (environment overrides) in each repetition, same data: paired runs
-    on a noisy machine; medians of the rates and of each run's peak RSS per variant."""
+    on a noisy machine; medians of the rates, of the CPU per event and of each run's peak RSS per
+    variant."""
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
     for rep in range(repeat):
         for name, env_over in variants.items():
@@ -474,13 +498,14 @@ def run_variants(
             print(
                 f"  {label} {name} #{rep}: {r.get('events_per_s')} events/s, sustained "
                 f"{r.get('sustained_events_per_s')} events/s, peak RSS "
-                f"{_peak_total(r)} MiB, exactly once {r.get('exactly_once_ok')}"
+                f"{_peak_total(r)} MiB, CPU {r.get('cpu_us_per_event')} us/event, exactly once "
+                f"{r.get('exactly_once_ok')}"
                 + (f"\n    busy: {_busy_line(r['busy'])}" if "busy" in r else "")
                 + (f"\n{r['error']}" if "error" in r else ""),
                 flush=True,
             )
     out: dict[str, Any] = {"variants": variants, "runs": runs}
-    for key in ("events_per_s", "sustained_events_per_s"):
+    for key in ("events_per_s", "sustained_events_per_s", "cpu_us_per_event"):
         out[key] = {k: statistics.median([r[key] for r in rs if r.get(key)] or [0]) for k, rs in runs.items()}
     # a run's memory summary is peak MiB per process kind and of the whole tree ("total")
     out["peak_rss_mib"] = {
@@ -773,7 +798,8 @@ def main(argv: list[str] | None = None) -> int:
                         f"{r.get('teardown_s')}s), execute {r.get('execute_s')}s "
                         f"(start-up {r.get('startup_s')}s), "
                         f"jvm {r.get('jvm_start_s')}s, exactly once {r.get('exactly_once_ok')}, "
-                        f"peak {r['memory']['peak_mib']}"
+                        f"peak {r['memory']['peak_mib']}, CPU {r.get('cpu_us_per_event')} us/event "
+                        f"({r.get('cores_busy')} cores; seconds by process: {r.get('sustained_cpu_s')})"
                         + (f"\n    busy: {_busy_line(r['busy'])}" if "busy" in r else "")
                         + (f"\n{r['error']}" if "error" in r else ""),
                         flush=True,

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -160,6 +160,28 @@ class WorkerClassifier:
         return kind
 
 
+def cpu_between(
+    series: Sequence[tuple[float, Mapping[str, float]]], start: float, end: float
+) -> dict[str, float]:
+    """CPU seconds per kind spent between epoch seconds ``start`` and ``end``, from cumulative samples
+    (``RssSampler.cpu_series``), each end read by linear interpolation between the samples around it
+    (clamped to the first and last sample)."""
+
+    def at(t: float) -> dict[str, float]:
+        if not series:
+            return {}
+        if t <= series[0][0]:
+            return dict(series[0][1])
+        for (t0, a), (t1, b) in zip(series, series[1:], strict=False):
+            if t0 <= t <= t1:
+                w = (t - t0) / (t1 - t0) if t1 > t0 else 1.0
+                return {k: a.get(k, 0.0) + w * (b.get(k, 0.0) - a.get(k, 0.0)) for k in {*a, *b}}
+        return dict(series[-1][1])
+
+    first, last = at(start), at(end)
+    return {k: round(last.get(k, 0.0) - first.get(k, 0.0), 3) for k in sorted({*first, *last})}
+
+
 @dataclass
 class RssSampler:
     """Samples ``psutil`` RSS of ``pid`` and all its descendants every ``interval`` seconds, per kind.
@@ -182,6 +204,10 @@ class RssSampler:
     peak: dict[str, int] = field(default_factory=dict)
     series: list[tuple[float, dict[str, int]]] = field(default_factory=list)
     pss_series: list[tuple[float, dict[str, int]]] = field(default_factory=list)
+    #: (epoch seconds, CPU seconds per kind so far): user + system time of every process of the tree,
+    #: a process that exited counted with its last sample (``cpu_between`` reads a window of it).
+    cpu_series: list[tuple[float, dict[str, float]]] = field(default_factory=list)
+    _cpu: dict[int, tuple[str, float]] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _classifier: WorkerClassifier | None = None
@@ -213,9 +239,12 @@ class RssSampler:
             return {}, {}
         seen = []
         pss: dict[int, int] = {}
+        cpu: dict[int, float] = {}
         for p in procs:
             try:
                 seen.append((p.pid, p.name(), p.cmdline(), p.memory_info().rss))
+                times = p.cpu_times()
+                cpu[p.pid] = times.user + times.system
                 if self.pss:
                     pss[p.pid] = p.memory_full_info().pss
             except psutil.Error:
@@ -242,6 +271,13 @@ class RssSampler:
             )
             for pid, name, cmd, _ in seen
         }
+        for pid, seconds in cpu.items():
+            if pid in kind_of:
+                self._cpu[pid] = (kind_of[pid], seconds)
+        per_kind: dict[str, float] = {}
+        for kind, seconds in self._cpu.values():
+            per_kind[kind] = per_kind.get(kind, 0.0) + seconds
+        self.cpu_series.append((time.time(), per_kind))
         return (
             group_rss((kind_of[pid], rss) for pid, _, _, rss in seen),
             group_rss((kind_of[pid], b) for pid, b in pss.items() if pid in kind_of),

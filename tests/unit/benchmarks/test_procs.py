@@ -168,3 +168,28 @@ def test_pss_of_a_live_tree_is_sampled_beside_rss() -> None:
     assert set(pss) == set(rss) and "client" in pss
     assert 0 < pss["client"] <= rss["client"] * 1.01  # a share of each page, at most all of it
     assert procs.RssSampler(os.getpid()).sample_both()[1] == {}  # off unless asked for
+
+
+def test_cpu_between_interpolates_the_window_per_kind() -> None:
+    series = [
+        (100.0, {"jvm": 1.0}),
+        (102.0, {"jvm": 3.0, "slot workers": 1.0}),
+        (104.0, {"jvm": 4.0, "slot workers": 5.0}),
+    ]
+    # 101 -> 103: jvm 2.0 -> 3.5, the workers (absent at first: none yet) 0.5 -> 3.0.
+    assert procs.cpu_between(series, 101.0, 103.0) == {"jvm": 1.5, "slot workers": 2.5}
+    # Outside the samples: clamped to the first and the last.
+    assert procs.cpu_between(series, 50.0, 500.0) == {"jvm": 3.0, "slot workers": 5.0}
+    assert procs.cpu_between([], 1.0, 2.0) == {}
+
+
+def test_the_sampler_keeps_cumulative_cpu_of_the_tree() -> None:
+    import os
+
+    sampler = procs.RssSampler(os.getpid())
+    sampler.sample_both()
+    sum(i * i for i in range(2_000_000))  # some CPU of this (the root) process
+    sampler.sample_both()
+    (t0, first), (t1, second) = sampler.cpu_series
+    assert t1 >= t0 and set(second) >= {procs.CLIENT}
+    assert second[procs.CLIENT] > first[procs.CLIENT]
