@@ -214,7 +214,7 @@ def markdown(results: dict[str, Any]) -> str:
                 f"{jvm.get('median', '–')} s (excluded); deploy + Python workers until the first read "
                 f"{startup.get('median', '–')} s; first read -> end of `execute()` (job teardown "
                 f"{teardown.get('median', '–')} s included) {_fmt(to_end)} events/s; "
-                f"peak RSS {peak:,.0f} MiB",
+                f"peak RSS {peak:,.0f} MiB" + _cpu_note(runs),
             )
         )
     for name, key, note in rows:
@@ -267,9 +267,31 @@ def markdown(results: dict[str, Any]) -> str:
         "excluded for both. Sustained = events / (first record read -> everything committed): lakestream "
         "from the earliest bronze `ingest_time` to the newest commit of its tables (the end-of-input "
         "silver MERGE; Flink's job teardown after it is shown in the notes), Spark the summed micro-batch "
-        "durations (query start and stop excluded). Ratios are against baselines of the same run."
+        "durations (query start and stop excluded). Ratios are against baselines of the same run. "
+        "CPU: user + system seconds of lakestream's processes (JVM, Python workers, client; not the Kafka "
+        "broker) over the sustained part, per event."
     )
     return "\n".join(lines) + "\n"
+
+
+def _cpu_note(runs: list[dict[str, Any]]) -> str:
+    """The runs' CPU over their sustained part: median µs per event, split by kind of process by the
+    median run's shares, and the cores that kept busy (empty without the measurement)."""
+    measured = sorted(
+        (r for r in runs if r.get("cpu_us_per_event") and r.get("sustained_cpu_s")),
+        key=lambda r: float(r["cpu_us_per_event"]),
+    )
+    if not measured:
+        return ""
+    mid = measured[len(measured) // 2]
+    us, by_kind = float(mid["cpu_us_per_event"]), mid["sustained_cpu_s"]
+    total = sum(by_kind.values()) or 1.0
+    kinds = ", ".join(
+        f"{kind} {us * seconds / total:.1f}"
+        for kind, seconds in sorted(by_kind.items(), key=lambda kv: -kv[1])
+        if us * seconds / total >= 0.05
+    )
+    return f"; CPU {us:.1f} µs/event over the sustained part ({kinds}; {mid.get('cores_busy')} cores busy)"
 
 
 def _steady_lines(results: dict[str, Any], spark_sustained: float | None) -> list[str]:

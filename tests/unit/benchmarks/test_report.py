@@ -115,3 +115,20 @@ def test_compare_env_variants_are_grouped_by_label_and_checked() -> None:
     ):
         with pytest.raises(SystemExit):
             parse_variants(bad)
+
+
+def test_cpu_note_takes_the_median_run_and_splits_it_by_process() -> None:
+    runs = [
+        {"cpu_us_per_event": 70.0, "sustained_cpu_s": {"jvm": 30.0, "slot workers": 40.0}, "cores_busy": 1.7},
+        {
+            "cpu_us_per_event": 60.0,
+            "sustained_cpu_s": {"jvm": 24.0, "slot workers": 36.0, "client": 0.0},
+            "cores_busy": 1.8,
+        },
+        {"cpu_us_per_event": 50.0, "sustained_cpu_s": {"jvm": 25.0, "slot workers": 25.0}, "cores_busy": 1.9},
+        {"error": "failed"},
+    ]
+    assert report._cpu_note(runs) == (
+        "; CPU 60.0 µs/event over the sustained part (slot workers 36.0, jvm 24.0; 1.8 cores busy)"
+    )
+    assert report._cpu_note([{"error": "failed"}]) == ""
