@@ -274,6 +274,16 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: How the CPU note names the sampler's kinds of process (a bounded run does not tell workers apart).
+_CPU_KIND_NAMES = {
+    "jvm": "JVM",
+    "other workers": "Python workers",
+    "slot workers": "Python workers",
+    "standardise workers": "Python workers",
+    "resolve workers": "Python workers",
+}
+
+
 def _cpu_note(runs: list[dict[str, Any]]) -> str:
     """The runs' CPU over their sustained part: median µs per event, split by kind of process by the
     median run's shares, and the cores that kept busy (empty without the measurement)."""
@@ -284,7 +294,11 @@ def _cpu_note(runs: list[dict[str, Any]]) -> str:
     if not measured:
         return ""
     mid = measured[len(measured) // 2]
-    us, by_kind = float(mid["cpu_us_per_event"]), mid["sustained_cpu_s"]
+    us = float(mid["cpu_us_per_event"])
+    by_kind: dict[str, float] = {}
+    for kind, seconds in mid["sustained_cpu_s"].items():
+        name = _CPU_KIND_NAMES.get(kind, kind)
+        by_kind[name] = by_kind.get(name, 0.0) + float(seconds)
     total = sum(by_kind.values()) or 1.0
     kinds = ", ".join(
         f"{kind} {us * seconds / total:.1f}"

@@ -129,6 +129,6 @@ def test_cpu_note_takes_the_median_run_and_splits_it_by_process() -> None:
         {"error": "failed"},
     ]
     assert report._cpu_note(runs) == (
-        "; CPU 60.0 µs/event over the sustained part (slot workers 36.0, jvm 24.0; 1.8 cores busy)"
+        "; CPU 60.0 µs/event over the sustained part (Python workers 36.0, JVM 24.0; 1.8 cores busy)"
     )
     assert report._cpu_note([{"error": "failed"}]) == ""
