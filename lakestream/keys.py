@@ -18,17 +18,23 @@ import numpy as np
 MAX_KEY_GROUPS = 1 << 15
 
 
+def _id_digest(event_id: str) -> bytes:
+    return blake2b(event_id.encode("utf-8"), digest_size=16).digest()
+
+
+def _bucket_digest(order_id: str | None, event_id: str) -> bytes:
+    return blake2b((order_id if order_id is not None else event_id).encode("utf-8"), digest_size=8).digest()
+
+
 def id_hash(event_id: str) -> tuple[int, int]:
     """The event id's 128-bit BLAKE2b digest as two signed 64-bit halves (Java ``long``s)."""
-    digest = blake2b(event_id.encode("utf-8"), digest_size=16).digest()
+    digest = _id_digest(event_id)
     return int.from_bytes(digest[:8], "big", signed=True), int.from_bytes(digest[8:], "big", signed=True)
 
 
 def bucket_of(order_id: str | None, event_id: str, max_parallelism: int) -> int:
     """The bucket (key group, ``0 <= bucket < max_parallelism``) of an event's order, else of its id."""
-    key = order_id if order_id is not None else event_id
-    digest = blake2b(key.encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % max_parallelism
+    return int.from_bytes(_bucket_digest(order_id, event_id), "big") % max_parallelism
 
 
 def subtask_of(bucket: int, parallelism: int, max_parallelism: int) -> int:
@@ -64,25 +70,13 @@ def split_by_subtask(
         raise ValueError(f"order_ids ({len(order_ids)}) and event_ids ({n}) must be as long as each other")
     if n == 0:
         return []
-    ids = b"".join([blake2b(e.encode("utf-8"), digest_size=16).digest() for e in event_ids])
+    ids = b"".join([_id_digest(e) for e in event_ids])
     halves = np.frombuffer(ids, dtype=">i8").reshape(n, 2)
-    keys = b"".join(
-        [
-            blake2b((o if o is not None else e).encode("utf-8"), digest_size=8).digest()
-            for o, e in zip(order_ids, event_ids, strict=True)
-        ]
-    )
+    keys = b"".join([_bucket_digest(o, e) for o, e in zip(order_ids, event_ids, strict=True)])
     buckets = (np.frombuffer(keys, dtype=">u8") % np.uint64(max_parallelism)).astype(np.int64)
     subtasks = buckets * parallelism // max_parallelism
-    owners = np.unique(subtasks)
-    if len(owners) == 1:
-        return [
-            Part(
-                int(owners[0]), list(range(n)), buckets.tolist(), halves[:, 0].tolist(), halves[:, 1].tolist()
-            )
-        ]
     parts = []
-    for subtask in owners.tolist():
+    for subtask in np.unique(subtasks).tolist():
         at = np.flatnonzero(subtasks == subtask)
         parts.append(
             Part(subtask, at.tolist(), buckets[at].tolist(), halves[at, 0].tolist(), halves[at, 1].tolist())

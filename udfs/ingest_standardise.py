@@ -166,7 +166,8 @@ class StandardiseFunction(ProcessFunction):  # type: ignore[misc]
         times = event_millis(events)
         self._note_progress(batch, int(times.max()))
         split = f"{batch.topic}#{batch.partition}"
-        yield Row(split, HEADER, times.tolist(), [], [], [], [], None, None, None, None, None, None, None)
+        all_times = times.tolist()
+        yield Row(split, HEADER, all_times, [], [], [], [], None, None, None, None, None, None, None)
         parts = split_by_subtask(
             string_list(events.column("order_id")),
             cast("list[str]", string_list(events.column("event_id"))),  # not nullable in bronze
@@ -180,7 +181,7 @@ class StandardiseFunction(ProcessFunction):  # type: ignore[misc]
             yield Row(
                 split,
                 part.subtask,
-                times.tolist() if whole else times[part.positions].tolist(),
+                all_times if whole else times[part.positions].tolist(),
                 part.positions,
                 part.buckets,
                 part.id_hi,
