@@ -345,9 +345,9 @@ class MaintenanceConfig:
 def check_gold_window(window: timedelta, allowed_lateness: timedelta) -> None:
     """Refuse a gold window that does not tile a UTC day in whole minutes, or a negative lateness.
 
-    Whole minutes: the Flink SQL interpretation of the window (``lakestream.gold.flink_sql``) floors
-    event times to minutes; dividing a day evenly: every UTC day starts a window, so windows of
-    different days and of the batch and speed layers line up.
+    Whole minutes: the unit windows are given and named in (``5m``, ``1h``); dividing a day evenly:
+    every UTC day starts a window, so windows of different days and of the batch and speed layers
+    line up.
     """
     minutes, rest = divmod(window, timedelta(minutes=1))
     if window <= timedelta(0) or rest or (24 * 60) % minutes:

@@ -313,7 +313,8 @@ def gold_inputs(data: pa.Table | pa.RecordBatch | Sequence[StandardEvent]) -> pa
 # -- interpretation (a): Flink SQL ------------------------------------------------------------------
 
 
-def _sql_aggregate(metric: Metric) -> str:
+def sql_aggregate(metric: Metric) -> str:
+    """One metric as a Flink SQL aggregate over the view's columns (``kind`` selects its inputs)."""
     column = {"count": "1", "count_distinct": metric.column, "sum": metric.column}[metric.aggregate]
     value = column if metric.kind is None else f"CASE WHEN kind = {metric.kind} THEN {column} END"
     if metric.aggregate == "count":
@@ -326,25 +327,22 @@ def _sql_aggregate(metric: Metric) -> str:
 def flink_sql(source_view: str, settings: GoldSettings) -> str:
     """The metrics per window as one Flink SQL query over ``source_view``.
 
-    The view has ``event_time TIMESTAMP_LTZ(3)``, ``kind TINYINT``, ``amount DECIMAL(18, 2)``,
-    ``order_id STRING``, ``user_id STRING``, one row per input (VALID, each event id once). The result:
-    ``window_start``, ``window_end`` (``TIMESTAMP_LTZ(3)``) and the metrics (BIGINT, gmv DECIMAL(18, 2)),
-    a regular GROUP BY on a computed window start (no window TVF), so a streaming query emits updates.
-    Independent of the session time zone: minutes since the epoch are taken by ``TIMESTAMPDIFF``
-    (truncating towards zero, hence the correction before 1970) and turned back by ``TO_TIMESTAMP_LTZ``.
+    The view has ``event_time_ms BIGINT`` (epoch milliseconds), ``kind TINYINT``, ``amount DECIMAL(18,
+    2)``, ``order_id STRING``, ``user_id STRING``, one row per input (VALID, each event id once). The
+    result: ``window_start``, ``window_end`` (``TIMESTAMP_LTZ(3)``) and the metrics (BIGINT, gmv
+    DECIMAL(18, 2)), a regular GROUP BY on a computed window start (no window TVF), so a streaming query
+    emits updates. The window start is floored in integer arithmetic (``MOD`` twice: also before 1970)
+    and made a ``TIMESTAMP_LTZ`` by ``TO_TIMESTAMP_LTZ``: independent of the session time zone.
     """
-    minutes = settings.window // timedelta(minutes=1)
-    since = "CAST(TIMESTAMPDIFF(MINUTE, TO_TIMESTAMP_LTZ(0, 3), event_time) AS BIGINT)"
-    floor = f"{since} - CASE WHEN event_time < TO_TIMESTAMP_LTZ({since} * 60000, 3) THEN 1 ELSE 0 END"
-    start = f"(m - MOD(MOD(m, {minutes}) + {minutes}, {minutes}))"
-    metrics = ",\n  ".join(f"{_sql_aggregate(m)} AS {m.name}" for m in METRICS)
+    w = settings.window // timedelta(milliseconds=1)
+    start = f"(event_time_ms - MOD(MOD(event_time_ms, {w}) + {w}, {w}))"
+    metrics = ",\n  ".join(f"{sql_aggregate(m)} AS {m.name}" for m in METRICS)
     return (
         f"SELECT window_start, window_end,\n  {metrics}\n"
         f"FROM (\n"
-        f"  SELECT TO_TIMESTAMP_LTZ({start} * 60000, 3) AS window_start,\n"
-        f"    TO_TIMESTAMP_LTZ(({start} + {minutes}) * 60000, 3) AS window_end,\n"
+        f"  SELECT TO_TIMESTAMP_LTZ(ws, 3) AS window_start, TO_TIMESTAMP_LTZ(ws + {w}, 3) AS window_end,\n"
         f"    kind, amount, order_id, user_id\n"
-        f"  FROM (SELECT {floor} AS m, kind, amount, order_id, user_id FROM {source_view}) AS by_minute\n"
+        f"  FROM (SELECT {start} AS ws, kind, amount, order_id, user_id FROM {source_view}) AS floored\n"
         f") AS windowed\n"
         f"GROUP BY window_start, window_end"
     )

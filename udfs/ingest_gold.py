@@ -234,7 +234,7 @@ def speed_layer(
     )
     t_env.create_temporary_view(f"{SOURCE_VIEW}_raw", table)
     t_env.execute_sql(
-        f"CREATE TEMPORARY VIEW {SOURCE_VIEW} AS SELECT rowtime AS event_time, kind, "
+        f"CREATE TEMPORARY VIEW {SOURCE_VIEW} AS SELECT rowtime AS event_time, event_time_ms, kind, "
         "amount, order_id, user_id "
         f"FROM {SOURCE_VIEW}_raw"
     )
@@ -272,9 +272,38 @@ PLAN_SETTINGS = {
 }
 
 
+def state_name(settings: GoldSettings) -> str:
+    """The text the gold SQL operators' uids are a digest of: the query as first written with this
+    state layout, for this window and these metrics.
+
+    The aggregate's state is keyed by ``window_start``, ``window_end`` (``TIMESTAMP_LTZ(3)``) with one
+    accumulator per metric. ``flink_sql`` now floors the window start in integer arithmetic instead of
+    ``TIMESTAMPDIFF``: the same keys, accumulators and plan nodes, so checkpoints of either text
+    restore into the other (``test_gold_upgrade.py``). A rewrite that changes the layout (another key,
+    metric, aggregate or plan node) must name its state by its own text.
+    """
+    from lakestream.gold import METRICS, sql_aggregate
+
+    minutes = settings.window // timedelta(minutes=1)
+    since = "CAST(TIMESTAMPDIFF(MINUTE, TO_TIMESTAMP_LTZ(0, 3), event_time) AS BIGINT)"
+    floor = f"{since} - CASE WHEN event_time < TO_TIMESTAMP_LTZ({since} * 60000, 3) THEN 1 ELSE 0 END"
+    start = f"(m - MOD(MOD(m, {minutes}) + {minutes}, {minutes}))"
+    metrics = ",\n  ".join(f"{sql_aggregate(m)} AS {m.name}" for m in METRICS)
+    return (
+        f"SELECT window_start, window_end,\n  {metrics}\n"
+        f"FROM (\n"
+        f"  SELECT TO_TIMESTAMP_LTZ({start} * 60000, 3) AS window_start,\n"
+        f"    TO_TIMESTAMP_LTZ(({start} + {minutes}) * 60000, 3) AS window_end,\n"
+        f"    kind, amount, order_id, user_id\n"
+        f"  FROM (SELECT {floor} AS m, kind, amount, order_id, user_id FROM {SOURCE_VIEW}) AS by_minute\n"
+        f") AS windowed\n"
+        f"GROUP BY window_start, window_end"
+    )
+
+
 def sql_uid_prefix(settings: GoldSettings) -> str:
-    """Prefix of the gold SQL operators' uids: names the query by a digest of its text and of the
-    settings that shape its plan (``PLAN_SETTINGS``).
+    """Prefix of the gold SQL operators' uids: names the query's state by a digest of ``state_name``
+    and of the settings that shape its plan (``PLAN_SETTINGS``).
 
     The planner numbers its nodes in plan order and keeps each aggregate's state in a layout of the
     query's own; another query (a metric added, another window) could reuse a number for a different
@@ -283,7 +312,7 @@ def sql_uid_prefix(settings: GoldSettings) -> str:
     """
     import hashlib
 
-    plan = gold_query(settings) + "".join(f"\n{k}={v}" for k, v in sorted(PLAN_SETTINGS.items()))
+    plan = state_name(settings) + "".join(f"\n{k}={v}" for k, v in sorted(PLAN_SETTINGS.items()))
     digest = hashlib.sha256(plan.encode()).hexdigest()[:8]
     return f"ingest-gold-sql-{digest}-"
 

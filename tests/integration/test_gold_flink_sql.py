@@ -78,7 +78,7 @@ def test_flink_sql_equals_the_reference() -> None:
         for r in rows
     )
     env.execute_sql(
-        "CREATE TEMPORARY VIEW gold_inputs AS SELECT TO_TIMESTAMP_LTZ(ms, 3) AS event_time, kind, amount, "
+        "CREATE TEMPORARY VIEW gold_inputs AS SELECT ms AS event_time_ms, kind, amount, "
         f"order_id, user_id FROM (VALUES {values}) AS t(ms, kind, amount, order_id, user_id)"
     )
     result = env.sql_query(flink_sql("gold_inputs", settings))

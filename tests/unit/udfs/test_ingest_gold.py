@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from lakestream.gold import GOLD_SCHEMA, LAYER_BATCH, gold_inputs
+from lakestream.gold import GOLD_SCHEMA, LAYER_BATCH, GoldSettings, gold_inputs
 from lakestream.standard import BRONZE_SCHEMA
 from sinks.committer import CommitHooks
 from sinks.retry_policy import RetryPolicy
@@ -149,3 +150,16 @@ def test_the_realtime_upsert_replans_over_a_concurrent_backfill_and_never_double
         (T0 + W, 200, "batch"),
         (T0 + 2 * W, 9, "realtime"),
     ]
+
+
+def test_the_gold_sql_uids_keep_the_name_checkpoints_carry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Checkpoints of every version since the speed layer hold the gold SQL's state under this digest
+    (5-minute windows, the five metrics): a query rewritten with the same state layout keeps it, a
+    changed window or metric list gets another."""
+    from lakestream import gold
+    from udfs.ingest_gold import sql_uid_prefix
+
+    assert sql_uid_prefix(GoldSettings()) == "ingest-gold-sql-271223b1-"
+    assert sql_uid_prefix(GoldSettings(window=timedelta(minutes=10))) == "ingest-gold-sql-1cca19b6-"
+    monkeypatch.setattr(gold, "METRICS", gold.METRICS[:-1])
+    assert sql_uid_prefix(GoldSettings()) != "ingest-gold-sql-271223b1-"
