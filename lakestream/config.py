@@ -180,12 +180,13 @@ class FlinkConfig:
     jobmanager: str = ""  # "host:port" of a running cluster for `flink run`; empty = local MiniCluster
     #: Options of the local MiniCluster's JVM (this process launches it). C1 only by default: on 2 cores
     #: the C2 compiler spent about 4 CPU-seconds in the first 25 s of an ingest run, more than the JVM's
-    #: record handling itself, while the Python workers wait for CPU (README, performance). A 512 MiB
+    #: record handling itself, while the Python workers wait for CPU (README, performance). A 1 GiB
     #: heap: without a cap G1 grew the heap to 2.8 GB for about 0.25 GB live over 40 minutes of ingest
-    #: (state lives in RocksDB, off the heap; 124-185 MiB after young collections); with 1 GiB it
-    #: committed up to 694 MiB, and 512 MiB cost no bounded rate in paired runs. ``GCTimeRatio=4`` (G1
-    #: may spend up to 20 % of the time in collections before it grows the heap, instead of 7.7 %).
-    jvm_options: tuple[str, ...] = ("-XX:TieredStopAtLevel=1", "-Xmx512m", "-XX:GCTimeRatio=4")
+    #: (state lives in RocksDB, off the heap; 124-185 MiB after young collections). ``GCTimeRatio=12``
+    #: (G1 grows the heap once collections take more than 7.7 % of the time): fewer young collections
+    #: than 512 MiB with ``GCTimeRatio=4``, +4.6 % sustained in paired bounded runs, the 40-minute run
+    #: still flat and under 3 GB (benchmarks/RESULTS.md).
+    jvm_options: tuple[str, ...] = ("-XX:TieredStopAtLevel=1", "-Xmx1g", "-XX:GCTimeRatio=12")
     #: Map Flink's classes into the local JVM from a class-data archive, which the first run writes at
     #: its exit, one per kind of job (``lakestream.class_archive``): building the ingest graph ~2.5 s faster.
     class_archive: bool = True
