@@ -335,14 +335,28 @@ def flink_sql(source_view: str, settings: GoldSettings) -> str:
     and made a ``TIMESTAMP_LTZ`` by ``TO_TIMESTAMP_LTZ``: independent of the session time zone.
     """
     w = settings.window // timedelta(milliseconds=1)
-    start = f"(event_time_ms - MOD(MOD(event_time_ms, {w}) + {w}, {w}))"
+    return sql_by_window(
+        source_view,
+        key=f"event_time_ms - MOD(MOD(event_time_ms, {w}) + {w}, {w})",
+        alias="ws",
+        start="TO_TIMESTAMP_LTZ(ws, 3)",
+        end=f"TO_TIMESTAMP_LTZ(ws + {w}, 3)",
+        subquery="floored",
+    )
+
+
+def sql_by_window(source_view: str, *, key: str, alias: str, start: str, end: str, subquery: str) -> str:
+    """The metrics as a GROUP BY on ``window_start``, ``window_end``: each input row of ``source_view``
+    gets ``key AS alias``, from which the SQL expressions ``start`` and ``end`` make its window bounds."""
     metrics = ",\n  ".join(f"{sql_aggregate(m)} AS {m.name}" for m in METRICS)
     return (
         f"SELECT window_start, window_end,\n  {metrics}\n"
         f"FROM (\n"
-        f"  SELECT TO_TIMESTAMP_LTZ(ws, 3) AS window_start, TO_TIMESTAMP_LTZ(ws + {w}, 3) AS window_end,\n"
+        f"  SELECT {start} AS window_start,\n"
+        f"    {end} AS window_end,\n"
         f"    kind, amount, order_id, user_id\n"
-        f"  FROM (SELECT {start} AS ws, kind, amount, order_id, user_id FROM {source_view}) AS floored\n"
+        f"  FROM (SELECT {key} AS {alias}, kind, amount, order_id, user_id FROM {source_view})"
+        f" AS {subquery}\n"
         f") AS windowed\n"
         f"GROUP BY window_start, window_end"
     )

@@ -282,22 +282,18 @@ def state_name(settings: GoldSettings) -> str:
     restore into the other (``test_gold_upgrade.py``). A rewrite that changes the layout (another key,
     metric, aggregate or plan node) must name its state by its own text.
     """
-    from lakestream.gold import METRICS, sql_aggregate
+    from lakestream.gold import sql_by_window
 
     minutes = settings.window // timedelta(minutes=1)
     since = "CAST(TIMESTAMPDIFF(MINUTE, TO_TIMESTAMP_LTZ(0, 3), event_time) AS BIGINT)"
-    floor = f"{since} - CASE WHEN event_time < TO_TIMESTAMP_LTZ({since} * 60000, 3) THEN 1 ELSE 0 END"
     start = f"(m - MOD(MOD(m, {minutes}) + {minutes}, {minutes}))"
-    metrics = ",\n  ".join(f"{sql_aggregate(m)} AS {m.name}" for m in METRICS)
-    return (
-        f"SELECT window_start, window_end,\n  {metrics}\n"
-        f"FROM (\n"
-        f"  SELECT TO_TIMESTAMP_LTZ({start} * 60000, 3) AS window_start,\n"
-        f"    TO_TIMESTAMP_LTZ(({start} + {minutes}) * 60000, 3) AS window_end,\n"
-        f"    kind, amount, order_id, user_id\n"
-        f"  FROM (SELECT {floor} AS m, kind, amount, order_id, user_id FROM {SOURCE_VIEW}) AS by_minute\n"
-        f") AS windowed\n"
-        f"GROUP BY window_start, window_end"
+    return sql_by_window(
+        SOURCE_VIEW,
+        key=f"{since} - CASE WHEN event_time < TO_TIMESTAMP_LTZ({since} * 60000, 3) THEN 1 ELSE 0 END",
+        alias="m",
+        start=f"TO_TIMESTAMP_LTZ({start} * 60000, 3)",
+        end=f"TO_TIMESTAMP_LTZ(({start} + {minutes}) * 60000, 3)",
+        subquery="by_minute",
     )
 
 
