@@ -277,8 +277,8 @@ def state_name(settings: GoldSettings) -> str:
     state layout, for this window and these metrics.
 
     The aggregate's state is keyed by ``window_start``, ``window_end`` (``TIMESTAMP_LTZ(3)``) with one
-    accumulator per metric. ``flink_sql`` now floors the window start in integer arithmetic instead of
-    ``TIMESTAMPDIFF``: the same keys, accumulators and plan nodes, so checkpoints of either text
+    accumulator per metric. ``flink_sql`` floors the window start in integer arithmetic where this
+    text takes ``TIMESTAMPDIFF``: the same keys, accumulators and plan nodes, so checkpoints of either text
     restore into the other (``test_gold_upgrade.py``). A rewrite that changes the layout (another key,
     metric, aggregate or plan node) must name its state by its own text.
     """
