@@ -147,6 +147,10 @@ RESERVED_CONSUMER_PROPERTIES: dict[str, str] = {
 }
 
 
+#: A memory size as Flink reads it, in the units the config takes (``flink.managed_memory``).
+_MEMORY_SIZE = re.compile(r"[1-9][0-9]*[kmg]")
+
+
 @dataclass(frozen=True, slots=True)
 class FlinkConfig:
     """How the job graph runs: parallelism, checkpoints, restarts, Python execution mode."""
@@ -187,6 +191,12 @@ class FlinkConfig:
     #: than 512 MiB with ``GCTimeRatio=4``, +4.6 % sustained in paired bounded runs, the 40-minute run
     #: still flat and under 3 GB (benchmarks/RESULTS.md).
     jvm_options: tuple[str, ...] = ("-XX:TieredStopAtLevel=1", "-Xmx1g", "-XX:GCTimeRatio=12")
+    #: Flink managed memory of the local MiniCluster (``taskmanager.memory.managed.size``; a cluster sets
+    #: its own), shared by the slots: RocksDB's block cache and memtables, which hold the de-dup ids and
+    #: the gold aggregate's distinct values, and the Python workers' share. 384m instead of Flink's local
+    #: 128m: the JVM spent ~10 % less CPU per event and sustained ingest was ~4 % faster in paired
+    #: bounded runs (768m: no better), the 40-minute run still under 3 GB (benchmarks/RESULTS.md).
+    managed_memory: str = "384m"
     #: Map Flink's classes into the local JVM from a class-data archive, which the first run writes at
     #: its exit, one per kind of job (``lakestream.class_archive``): building the ingest graph ~2.5 s faster.
     class_archive: bool = True
@@ -207,6 +217,11 @@ class FlinkConfig:
             )
         if self.batch_time < timedelta(milliseconds=1):
             raise ConfigError(f"flink.batch_time: must be at least 1ms, got {self.batch_time}")
+        if not _MEMORY_SIZE.fullmatch(self.managed_memory):
+            raise ConfigError(
+                f"flink.managed_memory: a size such as '128m' or '1g' (k, m or g), "
+                f"got {self.managed_memory!r}"
+            )
         bad = [o for o in self.jvm_options if not o.startswith("-") or any(c.isspace() for c in o)]
         if bad:
             raise ConfigError(

@@ -156,6 +156,8 @@ def flink_settings(
         "execution.checkpointing.checkpoints-after-tasks-finish": "true",
         # Python workers, JVM and tests share 2 cores and little memory here.
         "taskmanager.memory.managed.fraction": "0.1",
+        # A local MiniCluster takes a fixed size (Flink's local default 128m, not the fraction above).
+        "taskmanager.memory.managed.size": cfg.managed_memory,
         # ``flink.python_workers``: PyFlink runs all Python operators of a slot in one worker process
         # when their memory is managed by Flink, one worker per operator subtask otherwise.
         PYTHON_WORKER_PER_SLOT: str(cfg.python_workers == "slot").lower(),

@@ -46,6 +46,8 @@ def test_env_overrides_file_and_parses_types(tmp_path):
         ('[flink]\njvm_options = ["-Xmx1g -Xss2m"]\n', "flink.jvm_options.*one JVM option"),
         ('[flink]\njvm_options = ["Xmx1g"]\n', "flink.jvm_options.*starting with '-'"),
         ('[flink]\njvm_options = "-Xmx1g"\n', "flink.jvm_options: expected an array"),
+        ('[flink]\nmanaged_memory = "512MB"\n', "flink.managed_memory: a size such as '128m'"),
+        ('[flink]\nmanaged_memory = "0m"\n', "flink.managed_memory"),
         ('[kafka.consumer]\n"group.id" = "g"\n', "kafka.consumer: group.id cannot be set.*kafka.group_id"),
         ('[kafka.consumer]\n"enable.auto.commit" = "true"\n', "enable.auto.commit cannot be set"),
         ('[kafka.consumer]\n"fetch.max.bytes" = 1.5\n', "kafka.consumer: expected a table of strings"),

@@ -85,6 +85,14 @@ def test_rocksdb_state_gets_bloom_filters_and_partitioned_index_filters(
         assert got == dict.fromkeys(ROCKSDB_LOOKUP_SETTINGS)
 
 
+def test_the_local_managed_memory_is_the_configured_size(tmp_path: Path) -> None:
+    from lakestream.config import FlinkConfig
+    from lakestream.flink_runtime import flink_settings
+
+    got = flink_settings(FlinkConfig(managed_memory="768m"), checkpoint_dir=str(tmp_path))
+    assert got["taskmanager.memory.managed.size"] == "768m"
+
+
 @pytest.mark.parametrize(("python_workers", "managed"), [("slot", "true"), ("operator", "false")])
 def test_python_workers_per_slot_or_per_operator(tmp_path: Path, python_workers: str, managed: str) -> None:
     from lakestream.config import FlinkConfig
