@@ -154,9 +154,8 @@ def flink_settings(
         # Keep checkpointing while some sources have finished, and take a final checkpoint at the end of
         # a bounded run (the sink's last commit rides on it).
         "execution.checkpointing.checkpoints-after-tasks-finish": "true",
-        # Python workers, JVM and tests share 2 cores and little memory here.
-        "taskmanager.memory.managed.fraction": "0.1",
-        # A local MiniCluster takes a fixed size (Flink's local default 128m, not the fraction above).
+        # A local MiniCluster takes a fixed size (Flink's local default 128m; a fraction has no effect
+        # there); a cluster's TaskManagers size it in their own configuration.
         "taskmanager.memory.managed.size": cfg.managed_memory,
         # ``flink.python_workers``: PyFlink runs all Python operators of a slot in one worker process
         # when their memory is managed by Flink, one worker per operator subtask otherwise.
