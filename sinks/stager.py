@@ -283,11 +283,39 @@ def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
 def partition_groups(
     table: pa.Table, partition_by: list[str]
 ) -> list[tuple[dict[str, str | None], str, pa.Table]]:
-    """Rows per partition: (serialized partition values, hive-style folder, rows), in partition order."""
+    """Rows per partition: (serialized partition values, hive-style folder, rows), in partition order.
+
+    Rows keep their order within a partition. A batch whose partition columns hold one value each (a
+    per-partition Kafka batch is one source) joins its group as it is, without a copy; only batches
+    that mix partitions are sorted and cut.
+    """
     if not partition_by:
         return [({}, "", table)]
-    # Sort by the partition columns once and cut the runs: no per-row Python objects (the list
-    # aggregation this replaces turned every row index into a Python int on the barrier path).
+    pieces: dict[tuple[object, ...], list[pa.Table]] = {}
+    for batch in table.to_batches():
+        if batch.num_rows == 0:
+            continue
+        part = pa.Table.from_batches([batch])
+        if all(pc.count_distinct(batch.column(c), mode="all").as_py() == 1 for c in partition_by):
+            key = tuple(batch.column(c)[0].as_py() for c in partition_by)
+            pieces.setdefault(key, []).append(part)
+            continue
+        for key, rows in _sorted_runs(part, partition_by):
+            pieces.setdefault(key, []).append(rows)
+    out = []
+    for key in sorted(pieces, key=_nulls_last):
+        values = {c: partition_value(v) for c, v in zip(partition_by, key, strict=True)}
+        out.append((values, partition_dir(partition_by, values), pa.concat_tables(pieces[key])))
+    return out
+
+
+def _nulls_last(key: tuple[object, ...]) -> tuple[tuple[bool, object], ...]:
+    """Sort key of partition values: ascending, nulls after every value (Arrow's sort order)."""
+    return tuple((v is None, 0 if v is None else v) for v in key)
+
+
+def _sorted_runs(table: pa.Table, partition_by: list[str]) -> list[tuple[tuple[object, ...], pa.Table]]:
+    """(partition values, rows) per partition of a table that mixes them: one stable sort, cut at changes."""
     parts = table.select(partition_by)
     order = pc.sort_indices(parts, sort_keys=[(c, "ascending") for c in partition_by])
     ordered = table.take(order)
@@ -303,6 +331,5 @@ def partition_groups(
     out = []
     for start, end in zip(starts, [*starts[1:], n], strict=True):
         first = keys.slice(start, 1).to_pylist()[0]
-        values = {c: partition_value(first[c]) for c in partition_by}
-        out.append((values, partition_dir(partition_by, values), ordered.slice(start, end - start)))
+        out.append((tuple(first[c] for c in partition_by), ordered.slice(start, end - start)))
     return out

@@ -11,7 +11,7 @@ import pytest
 
 from lakestream.merge_spec import MergeSpec
 from sinks.errors import BatchSchemaError, KeyNullError
-from sinks.stager import Stager
+from sinks.stager import Stager, partition_groups
 from sinks.staging import Manifest, StagingArea
 from sinks.table_spec import TableSpec, WriteMode
 from sinks.writer_metrics import WriterMetrics
@@ -28,12 +28,34 @@ def stager(table: Path, mode: WriteMode = "append", partition_by: list[str] | No
     return Stager(spec, StagingArea(table, "job"), run_id="run-1", subtask=3, metrics=WriterMetrics())
 
 
-def batch(rows: list[tuple[int, str | None, str]], schema: pa.Schema = SCHEMA) -> pa.RecordBatch:
+def batch(rows: list[tuple[int, str | None, str | int | None]], schema: pa.Schema = SCHEMA) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist([dict(zip(schema.names, r, strict=True)) for r in rows], schema=schema)
 
 
 def manifests_on_disk(table: Path) -> list[dict[str, object]]:
     return [json.loads(p.read_text()) for p in staging_leftovers(table) if p.suffix == ".json"]
+
+
+def test_partition_groups_keep_row_order_and_sort_partitions_nulls_last() -> None:
+    two = pa.schema([("id", pa.int64()), ("p", pa.string()), ("q", pa.int64())])
+    rows: list[list[tuple[int, str | None, str | int | None]]] = [
+        [(1, "b", 1), (2, "b", 1), (3, "b", 1)],  # one partition: joins its group uncopied
+        [(4, "a", 2), (5, None, None), (6, "b", 1), (7, "a", 2), (8, "a", None)],  # mixed: sorted and cut
+        [(9, None, None), (10, None, None)],  # one partition of nulls only
+        [],
+        [(11, "a", 2)],
+    ]
+    batches = [batch(b, two) for b in rows]
+    groups = partition_groups(pa.Table.from_batches(batches, schema=two), ["p", "q"])
+    got = [(values, rel, part.column("id").to_pylist()) for values, rel, part in groups]
+    assert got == [
+        ({"p": "a", "q": "2"}, "p=a/q=2", [4, 7, 11]),
+        ({"p": "a", "q": None}, "p=a/q=__HIVE_DEFAULT_PARTITION__", [8]),
+        ({"p": "b", "q": "1"}, "p=b/q=1", [1, 2, 3, 6]),
+        ({"p": None, "q": None}, "p=__HIVE_DEFAULT_PARTITION__/q=__HIVE_DEFAULT_PARTITION__", [5, 9, 10]),
+    ]
+    assert all(part.schema == two for _, _, part in groups)
+    assert partition_groups(pa.Table.from_batches([], schema=two), ["p"]) == []
 
 
 def test_nothing_buffered_stages_nothing(tmp_path: Path) -> None:
