@@ -25,10 +25,11 @@ Graph (operator uids in brackets; all stable, keep them across upgrades; every s
     for silver/orders_changes, and the committer appends each checkpoint's rows, folded per order, to it
     in one commit, and folds the changes into silver/orders in a background thread (section 13).
     de-dup side output: the fresh VALID events' gold inputs (gold.enabled)
-      -> allowed lateness + one row per event [ingest-gold-lateness]                       (chained)
-      -> gold SQL, GROUP BY window start [ingest-gold-sql-<node>_<kind>]                 parallelism 1
+      -> allowed lateness + partials per window, flushed at barriers [ingest-gold-lateness]   (chained)
+      => keyed by window start
+      -> gold metrics per window in keyed state [ingest-gold-aggregate-<digest>]          parallelism 1
       -> newest row per window + markers [ingest-gold-upsert-markers]                   1
-           (second input: the lateness gate's watermarks, which the SQL's mini-batch replaces)
+           (second input: the lateness gate's watermarks, which stamp the rows)
       -> gold writer, in the silver committer's operator [ingest-silver-committer]           1
            (its second input: one Python worker runs both sinks, each on its own markers)
            commits         gold/order_metrics_5m      upsert by window_start, never over a batch row

@@ -274,8 +274,8 @@ def unrestorable(
 ) -> ResumeError | None:
     """The error to show when ``exc`` is Flink refusing ``checkpoint`` for state this graph cannot take.
 
-    That happens after an upgrade that changed the job graph (an operator gone, or the gold SQL
-    planned anew: README, "Limitations") and after a change of a setting that shapes the gold query.
+    That happens after an upgrade that changed the job graph (an operator gone: README, "Limitations")
+    and after a change of a setting that shapes the gold aggregate's state (``gold.window``).
     The way on needs no checkpoint restore: a bounded run settles the checkpoint into the tables and
     starts a new lineage where they stand (DESIGN.md section 9). ``completing``: the run id of an
     interrupted bounded run that ``checkpoint`` was to complete; some of its writers may have committed
@@ -287,8 +287,8 @@ def unrestorable(
         return None
     held = (
         f"checkpoint {checkpoint} holds state of operator {found.group(1)}, which this version of the job "
-        "graph does not have (an upgrade changed the graph, or a setting that shapes the gold query "
-        "changed); nothing was written."
+        "graph does not have (an upgrade changed the graph, or a setting that shapes the gold state, "
+        "gold.window, changed); nothing was written."
     )
     if completing is not None:
         return ResumeError(

@@ -1,6 +1,6 @@
 """A class-data archive for the local JVM (CDS): Flink's classes mapped from one file, not loaded one by one.
 
-Why: every command that runs a job locally starts a JVM that loads Flink, its SQL planner and their
+Why: every command that runs a job locally starts a JVM that loads Flink and its
 dependencies class by class from jars, verifying each; building the ingest graph took 6.2-8.1 s
 without an archive and 3.8-5.5 s with one (benchmarks/RESULTS.md). The first run writes the archive
 when its JVM exits (``-XX:ArchiveClassesAtExit``); later runs map it (``-XX:SharedArchiveFile``).

@@ -327,7 +327,7 @@ def local_class_archive(env: Mapping[str, str], kind: str = "job") -> class_arch
     class sharing themselves or there is no ``java``. The key is taken from the ``java`` and the class
     path the launcher itself picks. Each kind of job (ingest, land, changefeed) gets an archive of its
     own: an archive holds the classes of the run that wrote it, and those of an ingest job (with its
-    SQL planner) are not a land job's."""
+    Kafka connector and operators) are not a land job's."""
     from pyflink import pyflink_gateway_server as launcher
 
     options = env.get("JVM_ARGS", "").split()

@@ -1,8 +1,9 @@
-"""The gold metrics per tumbling event-time window: defined once, interpreted as Flink SQL, Arrow and Python.
+"""The gold metrics per tumbling event-time window: defined once, interpreted in the JVM, Arrow and Python.
 
-``METRICS`` is the definition (which events a metric takes, how it aggregates them); ``flink_sql``
-(the speed layer, in the JVM), ``aggregate`` (the batch layer, pyarrow) and ``reference_aggregate``
-(plain Python, for tests) interpret it, and ``gold_inputs`` is the one rule that turns standard events
+``METRICS`` is the definition (which events a metric takes, how it aggregates them); the speed layer's
+``GoldMetrics`` (Java, in the JVM, given ``METRICS`` by ``udfs.ingest_gold.java_metrics``),
+``aggregate`` (the batch layer, pyarrow) and ``reference_aggregate`` (plain Python, for tests)
+interpret it, and ``gold_inputs`` is the one rule that turns standard events
 or bronze rows into the five input columns. Windows are UTC, floor semantics (also before 1970), and
 times are epoch microseconds like every table's. The contract: DESIGN.md section 11.
 """
@@ -228,17 +229,6 @@ def kind_of(source: str, op: str | None) -> int:
     return KIND_OTHER
 
 
-def kind_sql(source: str = "source", op: str = "op") -> str:
-    """``KIND_RULES`` as a SQL ``CASE`` expression (TINYINT) over the columns named ``source``, ``op``."""
-    cases = " ".join(
-        f"WHEN {source} = '{s}'"
-        + (f" AND {op} = '{o}'" if o is not None else "")
-        + f" THEN CAST({k} AS TINYINT)"
-        for k, s, o in KIND_RULES
-    )
-    return f"CASE {cases} ELSE CAST({KIND_OTHER} AS TINYINT) END"
-
-
 def kind_array(source: pa.Array | pa.ChunkedArray, op: pa.Array | pa.ChunkedArray) -> pa.Array:
     """``KIND_RULES`` column-wise (int8), equal to ``kind_of`` row by row."""
     kinds = pa.array(np.full(len(source), KIND_OTHER, dtype=np.int8))
@@ -310,59 +300,7 @@ def gold_inputs(data: pa.Table | pa.RecordBatch | Sequence[StandardEvent]) -> pa
     )
 
 
-# -- interpretation (a): Flink SQL ------------------------------------------------------------------
-
-
-def sql_aggregate(metric: Metric) -> str:
-    """One metric as a Flink SQL aggregate over the view's columns (``kind`` selects its inputs)."""
-    column = {"count": "1", "count_distinct": metric.column, "sum": metric.column}[metric.aggregate]
-    value = column if metric.kind is None else f"CASE WHEN kind = {metric.kind} THEN {column} END"
-    if metric.aggregate == "count":
-        return f"COUNT({value})"
-    if metric.aggregate == "count_distinct":
-        return f"COUNT(DISTINCT {value})"
-    return f"CAST(COALESCE(SUM({value}), 0) AS DECIMAL(18, 2))"
-
-
-def flink_sql(source_view: str, settings: GoldSettings) -> str:
-    """The metrics per window as one Flink SQL query over ``source_view``.
-
-    The view has ``event_time_ms BIGINT`` (epoch milliseconds), ``kind TINYINT``, ``amount DECIMAL(18,
-    2)``, ``order_id STRING``, ``user_id STRING``, one row per input (VALID, each event id once). The
-    result: ``window_start``, ``window_end`` (``TIMESTAMP_LTZ(3)``) and the metrics (BIGINT, gmv
-    DECIMAL(18, 2)), a regular GROUP BY on a computed window start (no window TVF), so a streaming query
-    emits updates. The window start is floored in integer arithmetic (``MOD`` twice: also before 1970)
-    and made a ``TIMESTAMP_LTZ`` by ``TO_TIMESTAMP_LTZ``: independent of the session time zone.
-    """
-    w = settings.window // timedelta(milliseconds=1)
-    return sql_by_window(
-        source_view,
-        key=f"event_time_ms - MOD(MOD(event_time_ms, {w}) + {w}, {w})",
-        alias="ws",
-        start="TO_TIMESTAMP_LTZ(ws, 3)",
-        end=f"TO_TIMESTAMP_LTZ(ws + {w}, 3)",
-        subquery="floored",
-    )
-
-
-def sql_by_window(source_view: str, *, key: str, alias: str, start: str, end: str, subquery: str) -> str:
-    """The metrics as a GROUP BY on ``window_start``, ``window_end``: each input row of ``source_view``
-    gets ``key AS alias``, from which the SQL expressions ``start`` and ``end`` make its window bounds."""
-    metrics = ",\n  ".join(f"{sql_aggregate(m)} AS {m.name}" for m in METRICS)
-    return (
-        f"SELECT window_start, window_end,\n  {metrics}\n"
-        f"FROM (\n"
-        f"  SELECT {start} AS window_start,\n"
-        f"    {end} AS window_end,\n"
-        f"    kind, amount, order_id, user_id\n"
-        f"  FROM (SELECT {key} AS {alias}, kind, amount, order_id, user_id FROM {source_view})"
-        f" AS {subquery}\n"
-        f") AS windowed\n"
-        f"GROUP BY window_start, window_end"
-    )
-
-
-# -- interpretation (b): Arrow ----------------------------------------------------------------------
+# -- interpretation (a): Arrow -----------------------------------------------------------------------
 
 
 class GmvOverflowError(ValueError):
@@ -429,7 +367,7 @@ def aggregate(
     )
 
 
-# -- interpretation (c): plain Python, the reference ------------------------------------------------
+# -- interpretation (b): plain Python, the reference ------------------------------------------------
 
 
 def reference_aggregate(

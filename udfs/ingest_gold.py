@@ -1,14 +1,16 @@
 """The speed layer of the gold metrics inside ``lakestream ingest``: gold inputs out of standardise,
-the gold SQL in the JVM, the realtime rows into ``gold/order_metrics_5m`` exactly once.
+the metrics per window in the JVM, the realtime rows into ``gold/order_metrics_5m`` exactly once.
 
 Path (DESIGN.md section 11.6): standardise fills four columns of each part row (``gold_columns``: kind,
 amount in fen, order id, user id per VALID event); the ``EventTimeGate`` adds each event's partition
 watermark at arrival; ``KeyedDedupEpochOperator`` emits the first sightings on its side output;
-``GoldLatenessGate`` drops what is beyond ``gold.allowed_lateness`` and flattens; the Table API runs
-``lakestream.gold.flink_sql`` (its one definition of the metrics) as a GROUP BY over the window
-start; ``GoldUpsertEpochOperator`` keeps the newest row per window and checkpoint and stamps it; the
-Python ``GoldSinkFunction`` upserts by ``window_start`` under the two-phase-commit protocol (section
-3), never over a ``layer = 'batch'`` row, in the silver committer's Python worker.
+``GoldLatenessGate`` drops what is beyond ``gold.allowed_lateness`` and adds the rest into one partial
+per window, flushed before every barrier; ``GoldWindowAggregate`` merges the partials in keyed state
+(distinct counts over 128-bit id hashes) and emits each window's current row; both interpret
+``lakestream.gold.METRICS`` through ``GoldMetrics`` (``java_metrics``) and define no metric
+themselves. ``GoldUpsertEpochOperator`` keeps the newest row per window and checkpoint and stamps it;
+the Python ``GoldSinkFunction`` upserts by ``window_start`` under the two-phase-commit protocol
+(section 3), never over a ``layer = 'batch'`` row, in the silver committer's Python worker.
 """
 
 from __future__ import annotations
@@ -44,10 +46,8 @@ _MS = timedelta(milliseconds=1)
 NO_AMOUNT = -(2**63)
 #: Upsert by window; a row the batch layer wrote (``layer = 'batch'``) is never replaced.
 GOLD_MERGE = MergeSpec(keys=("window_start",), protected={"layer": "batch"})
-#: The query's columns the sink takes, in ``GOLD_SCHEMA`` order (window bounds, then the metrics).
+#: The aggregate's columns the sink takes, in ``GOLD_SCHEMA`` order (window bounds, then the metrics).
 EXPORTED = tuple(METRICS_SCHEMA.names)
-#: The view the gold SQL reads (``lakestream.gold.flink_sql``'s input columns).
-SOURCE_VIEW = "lakestream_gold_inputs"
 _FEN = Decimal("0.01")
 
 #: Types of the four part columns standardise fills (``EventTimeGate.GOLD_KINDS`` ..): kinds as bytes,
@@ -89,7 +89,7 @@ def _ms(td: timedelta) -> int:
 
 
 def state_ttl(cfg: Config) -> timedelta:
-    """How long the gold SQL keeps a window's state after its last update (processing time).
+    """How long the gold aggregate keeps a window's state after its last update (processing time).
 
     A window takes events until every partition's watermark passed its end plus the allowed
     lateness; a partition's watermark trails its newest event by the out-of-orderness, and an idle
@@ -192,59 +192,51 @@ def speed_layer(
 
     ``lineage_start_ms``: the newest event time the lineage this run continues recorded (the maximum
     of the watermark seeds); windows starting at or before it are left to the batch layer, as this
-    run's SQL state does not hold the previous lineage's events (``GoldLatenessGate``).
+    run's gold state does not hold the previous lineage's events (``GoldLatenessGate``).
 
     Operator uids: ``ingest-gold-lateness`` (Java, at the job's parallelism, chained to the de-dup),
-    the SQL operators (``table.exec.uid.generation = ALWAYS``:
-    ``ingest-gold-sql-<query digest>-<node>_<kind>``),
-    ``ingest-gold-upsert-markers`` (Java, 1); the writer gets the uid of the operator it runs in.
+    ``aggregate_uid(settings)`` (Java, 1), ``ingest-gold-upsert-markers`` (Java, 1); the writer gets the
+    uid of the operator it runs in.
     """
     from pyflink.datastream import DataStream
     from pyflink.java_gateway import get_gateway
-    from pyflink.table import Schema, StreamTableEnvironment
 
     jvm = get_gateway().jvm
     flink = jvm.io.lakestream.flink
     settings = GoldSettings.from_config(cfg)
+    metrics = java_metrics()
     j_side = deduped._j_data_stream.getSideOutput(flink.KeyedDedupEpochOperator.GOLD_EVENTS)
     cut = flink.GoldLatenessGate.NO_CUT if lineage_start_ms is None else int(lineage_start_ms)
-    gate = flink.GoldLatenessGate(_ms(settings.window), _ms(settings.allowed_lateness), cut)
-    j_events = (
-        j_side.transform("gold lateness gate", flink.GoldLatenessGate.eventType(), gate)
+    gate = flink.GoldLatenessGate(
+        _ms(settings.window),
+        _ms(settings.allowed_lateness),
+        cut,
+        metrics,
+        flink.GoldLatenessGate.DEFAULT_MAX_BUFFERED,
+    )
+    j_partials = (
+        j_side.transform("gold lateness gate + partials", flink.GoldLatenessGate.PARTIAL_TYPE, gate)
         .uid("ingest-gold-lateness")
         .setParallelism(parallelism)
     )
-    t_env = StreamTableEnvironment.create(env)
-    conf = t_env.get_config()
-    for key, value in sql_settings(cfg, settings).items():
-        conf.set(key, value)
-    # The gate's amount arrives as a BigDecimal of scale 2 (yuan): declared DECIMAL(18, 2), it is taken
-    # as is (no cast, no division per event).
-    table = t_env.from_data_stream(
-        DataStream(j_events),
-        Schema.new_builder()
-        .column("event_time_ms", "BIGINT")
-        .column("kind", "TINYINT")
-        .column("amount", "DECIMAL(18, 2)")
-        .column("order_id", "STRING")
-        .column("user_id", "STRING")
-        .column_by_metadata("rowtime", "TIMESTAMP_LTZ(3)")
-        .watermark("rowtime", "SOURCE_WATERMARK()")
-        .build(),
+    aggregate = flink.GoldWindowAggregate(
+        _ms(settings.window), _ms(settings.allowed_lateness), _ms(state_ttl(cfg)), metrics
     )
-    # The table has the columns ``flink_sql`` reads (and ``rowtime``, which carries the watermarks).
-    t_env.create_temporary_view(SOURCE_VIEW, table)
-    result = t_env.sql_query(gold_query(settings))
-    changelog = t_env.to_changelog_stream(result)
+    j_rows = (
+        j_partials.keyBy(flink.GoldWindowAggregate.BY_WINDOW_START)
+        .transform("gold windows", flink.GoldWindowAggregate.outputType(metrics), aggregate)
+        .uid(aggregate_uid(settings))
+        .setParallelism(1)
+    )
     fields = get_gateway().new_array(jvm.java.lang.String, len(EXPORTED))
     for i, name in enumerate(EXPORTED):
         fields[i] = name
     upsert = flink.GoldUpsertEpochOperator("window_start", "window_end", fields, 2, 2)
-    # The event-time watermarks, without records, as the stamp's second input: on the SQL's path the
-    # mini-batch assigner replaces them with processing-time marks.
-    j_watermarks = j_events.getSideOutput(flink.GoldLatenessGate.WATERMARKS)
+    # The event-time watermarks, without records, as the stamp's second input: the rows of the
+    # aggregate (parallelism 1) carry no useful watermark of their own.
+    j_watermarks = j_partials.getSideOutput(flink.GoldLatenessGate.WATERMARKS)
     j_marked = (
-        changelog._j_data_stream.connect(j_watermarks)
+        j_rows.connect(j_watermarks)
         .transform("gold rows + markers", flink.GoldUpsertEpochOperator.markedPayloadType(fields), upsert)
         .uid("ingest-gold-upsert-markers")
         .setParallelism(1)
@@ -252,73 +244,54 @@ def speed_layer(
     return SecondSink(DataStream(j_marked), GoldSinkFunction(spec), "gold writer")
 
 
-def gold_query(settings: GoldSettings) -> str:
-    """The speed layer's query: ``lakestream.gold.flink_sql`` over ``SOURCE_VIEW``."""
-    from lakestream.gold import flink_sql
+def java_metrics() -> Any:
+    """``METRICS`` as the JVM's ``GoldMetrics`` (its interpretation of the one definition)."""
+    from pyflink.java_gateway import get_gateway
 
-    return flink_sql(SOURCE_VIEW, settings)
+    gateway = get_gateway()
+    jvm = gateway.jvm
 
+    def array(kind: Any, values: list[Any]) -> Any:
+        out = gateway.new_array(kind, len(values))
+        for i, value in enumerate(values):
+            out[i] = value
+        return out
 
-#: Table settings that shape the gold SQL's plan (also part of its uids' digest).
-PLAN_SETTINGS = {
-    "table.exec.mini-batch.enabled": "true",
-    "table.exec.mini-batch.allow-latency": "1 s",
-    "table.exec.mini-batch.size": "20000",
-    "table.exec.resource.default-parallelism": "1",
-}
-
-
-def state_name(settings: GoldSettings) -> str:
-    """The text the gold SQL operators' uids are a digest of: the query as first written with this
-    state layout, for this window and these metrics.
-
-    The aggregate's state is keyed by ``window_start``, ``window_end`` (``TIMESTAMP_LTZ(3)``) with one
-    accumulator per metric. ``flink_sql`` floors the window start in integer arithmetic where this
-    text takes ``TIMESTAMPDIFF``: the same keys, accumulators and plan nodes, so checkpoints of either text
-    restore into the other (``test_gold_upgrade.py``). A rewrite that changes the layout (another key,
-    metric, aggregate or plan node) must name its state by its own text.
-    """
-    from lakestream.gold import sql_by_window
-
-    minutes = settings.window // timedelta(minutes=1)
-    since = "CAST(TIMESTAMPDIFF(MINUTE, TO_TIMESTAMP_LTZ(0, 3), event_time) AS BIGINT)"
-    start = f"(m - MOD(MOD(m, {minutes}) + {minutes}, {minutes}))"
-    return sql_by_window(
-        SOURCE_VIEW,
-        key=f"{since} - CASE WHEN event_time < TO_TIMESTAMP_LTZ({since} * 60000, 3) THEN 1 ELSE 0 END",
-        alias="m",
-        start=f"TO_TIMESTAMP_LTZ({start} * 60000, 3)",
-        end=f"TO_TIMESTAMP_LTZ(({start} + {minutes}) * 60000, 3)",
-        subquery="by_minute",
+    names, kinds, aggregates, columns = metric_spec()
+    return jvm.io.lakestream.flink.GoldMetrics(
+        array(jvm.java.lang.String, names),
+        array(jvm.int, kinds),
+        array(jvm.java.lang.String, aggregates),
+        array(jvm.java.lang.String, columns),
     )
 
 
-def sql_uid_prefix(settings: GoldSettings) -> str:
-    """Prefix of the gold SQL operators' uids: names the query's state by a digest of ``state_name``
-    and of the settings that shape its plan (``PLAN_SETTINGS``).
+#: ``GoldMetrics.ANY_KIND``: the kind of a metric over every event.
+ANY_KIND = -1
 
-    The planner numbers its nodes in plan order and keeps each aggregate's state in a layout of the
-    query's own; another query (a metric added, another window) could reuse a number for a different
-    state. With the digest a changed query has new uids: its state starts empty and the old one is
-    unclaimed, which a restore refuses (DESIGN.md section 11.6 says what to run instead).
+
+def metric_spec() -> tuple[list[str], list[int], list[str], list[str | None]]:
+    """``METRICS`` column-wise: names, kinds (``ANY_KIND`` for all), aggregates, columns."""
+    from lakestream.gold import METRICS
+
+    return (
+        [m.name for m in METRICS],
+        [ANY_KIND if m.kind is None else m.kind for m in METRICS],
+        [m.aggregate for m in METRICS],
+        [m.column for m in METRICS],
+    )
+
+
+def aggregate_uid(settings: GoldSettings) -> str:
+    """The uid of the gold aggregate: names its state by a digest of the window and the metrics.
+
+    The state holds one value per metric and window of ``gold.window``; another definition (a metric
+    added, another window) must not restore it, so it gets another uid: its state starts empty and
+    the old one is unclaimed, which a restore refuses (DESIGN.md section 11.6 says what to run instead).
+    ``gold.allowed_lateness`` is not part of it: changing it restores.
     """
     import hashlib
 
-    plan = state_name(settings) + "".join(f"\n{k}={v}" for k, v in sorted(PLAN_SETTINGS.items()))
-    digest = hashlib.sha256(plan.encode()).hexdigest()[:8]
-    return f"ingest-gold-sql-{digest}-"
-
-
-def sql_settings(cfg: Config, settings: GoldSettings) -> dict[str, str]:
-    """Table settings of the gold SQL: stable uids, state TTL, mini-batches, the GROUP BY at parallelism 1.
-
-    Mini-batch (a second at most, always flushed before a checkpoint barrier) turns the per-event state
-    accesses of the aggregate into per-window ones, and makes the planner pre-aggregate each batch
-    in memory before the exchange (local-global aggregation, at the job's parallelism).
-    """
-    return {
-        **PLAN_SETTINGS,
-        "table.exec.uid.generation": "ALWAYS",
-        "table.exec.uid.format": sql_uid_prefix(settings) + "<id>_<transformation>",
-        "table.exec.state.ttl": f"{_ms(state_ttl(cfg))} ms",
-    }
+    names, kinds, aggregates, columns = metric_spec()
+    definition = repr((_ms(settings.window), names, kinds, aggregates, columns))
+    return f"ingest-gold-aggregate-{hashlib.sha256(definition.encode()).hexdigest()[:8]}"

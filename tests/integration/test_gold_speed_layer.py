@@ -322,7 +322,7 @@ def test_gold_exactly_once_across_kill_9_with_duplicates_on_both_sides(
     assert "resuming from checkpoint" in log.read_text()
     assert got == expected
     # Rows written while the stream ran carry its event-time watermark (idle partitions did not hold it
-    # back), never a processing-time one (the SQL's mini-batch marks): at most the data's latest end.
+    # back), never a processing-time one: at most the data's latest end.
     final = gold_rows(lakehouse).values()
     latest_end = max(r["window_end"] for r in final)
     assert any(r["data_time"] > datetime(2024, 1, 1, tzinfo=UTC) for r in final)

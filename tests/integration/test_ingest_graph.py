@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from lakestream.gold import GoldSettings
-from udfs.ingest_gold import sql_uid_prefix
+from udfs.ingest_gold import aggregate_uid
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,29 +61,12 @@ UIDS = {
     "ingest-silver-committer",
     "ingest-silver-committer-end",
 }
-#: The speed layer's operators; the SQL ones are named by ``table.exec.uid.format``: the digest of the
-#: query's text, then the planner's node ids (DESIGN.md section 11.6: what a changed query means).
-SQL = sql_uid_prefix(GoldSettings())
-GOLD_UIDS = {
-    "ingest-gold-lateness",
-    f"{SQL}1_source",
-    f"{SQL}2_mini-batch-assigner",
-    f"{SQL}3_calc",
-    f"{SQL}4_local-group-aggregate",
-    f"{SQL}6_global-group-aggregate",
-    f"{SQL}7_calc",
-    f"{SQL}8_constraint-validator",
-    f"{SQL}8_external-datastream",
-    "ingest-gold-upsert-markers",
-}
-#: At the job's parallelism, chained after the de-dup: the event rows and their pre-aggregation.
-GOLD_PARALLEL = {
-    "ingest-gold-lateness",
-    f"{SQL}1_source",
-    f"{SQL}2_mini-batch-assigner",
-    f"{SQL}3_calc",
-    f"{SQL}4_local-group-aggregate",
-}
+#: The speed layer's operators; the aggregate's uid is a digest of the window and the metrics (DESIGN.md
+#: section 11.6: what a changed definition means).
+AGGREGATE = aggregate_uid(GoldSettings())
+GOLD_UIDS = {"ingest-gold-lateness", AGGREGATE, "ingest-gold-upsert-markers"}
+#: At the job's parallelism, chained after the de-dup: the lateness gate and its partials.
+GOLD_PARALLEL = {"ingest-gold-lateness"}
 
 
 def _graph(tmp_path: Path, gold: bool) -> dict[str, dict[str, object]]:
@@ -108,11 +91,12 @@ def test_the_speed_layer_hangs_off_the_dedup_side_output_and_is_gone_when_disabl
     assert source == "ingest-dedup" and partitioner == "FORWARD"
     for uid in GOLD_UIDS:
         assert nodes[uid]["parallelism"] == (3 if uid in GOLD_PARALLEL else 1), uid
-    [(source, partitioner)] = nodes[f"{SQL}6_global-group-aggregate"]["in"]  # type: ignore[misc]
-    assert source == f"{SQL}4_local-group-aggregate" and partitioner == "HASH"
-    # The stamp reads the changelog and, on its second input, the lateness gate's watermarks.
+    # The gates' partials meet per window (keyed by window start) in the aggregate.
+    [(source, partitioner)] = nodes[AGGREGATE]["in"]  # type: ignore[misc]
+    assert source == "ingest-gold-lateness" and partitioner == "HASH"
+    # The stamp reads the aggregate's rows and, on its second input, the lateness gate's watermarks.
     sources = {src for src, _ in nodes["ingest-gold-upsert-markers"]["in"]}  # type: ignore[attr-defined]
-    assert sources == {f"{SQL}8_external-datastream", "ingest-gold-lateness"}
+    assert sources == {AGGREGATE, "ingest-gold-lateness"}
     # The gold writer is the silver committer's second input: one Python worker for both sinks.
     inputs = sorted(tuple(edge) for edge in nodes["ingest-silver-committer"]["in"])  # type: ignore[attr-defined]
     assert inputs == [

@@ -152,14 +152,15 @@ def test_the_realtime_upsert_replans_over_a_concurrent_backfill_and_never_double
     ]
 
 
-def test_the_gold_sql_uids_keep_the_name_checkpoints_carry(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Checkpoints of every version since the speed layer hold the gold SQL's state under this digest
-    (5-minute windows, the five metrics): a query rewritten with the same state layout keeps it, a
-    changed window or metric list gets another."""
+def test_the_gold_aggregate_uid_names_the_window_and_the_metrics(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The aggregate's state holds one value per metric and window: its uid is a digest of both, so a
+    changed window or metric list gets another (and its old state is refused, not misread), while the
+    allowed lateness, which the state does not depend on, keeps it."""
     from lakestream import gold
-    from udfs.ingest_gold import sql_uid_prefix
+    from udfs.ingest_gold import aggregate_uid
 
-    assert sql_uid_prefix(GoldSettings()) == "ingest-gold-sql-271223b1-"
-    assert sql_uid_prefix(GoldSettings(window=timedelta(minutes=10))) == "ingest-gold-sql-1cca19b6-"
+    assert aggregate_uid(GoldSettings()) == "ingest-gold-aggregate-b97252a4"
+    assert aggregate_uid(GoldSettings(window=timedelta(minutes=10))) == "ingest-gold-aggregate-9f3940a7"
+    assert aggregate_uid(GoldSettings(allowed_lateness=timedelta(minutes=1))) == aggregate_uid(GoldSettings())
     monkeypatch.setattr(gold, "METRICS", gold.METRICS[:-1])
-    assert sql_uid_prefix(GoldSettings()) != "ingest-gold-sql-271223b1-"
+    assert aggregate_uid(GoldSettings()) != "ingest-gold-aggregate-b97252a4"

@@ -1,9 +1,12 @@
 package io.lakestream.flink;
 
-import java.math.BigDecimal;
+import java.util.HashMap;
+import java.util.Map;
+import java.util.Set;
 
 import org.apache.flink.api.common.state.ListState;
 import org.apache.flink.api.common.state.ListStateDescriptor;
+import org.apache.flink.api.common.typeinfo.PrimitiveArrayTypeInfo;
 import org.apache.flink.api.common.typeinfo.TypeInformation;
 import org.apache.flink.api.common.typeinfo.Types;
 import org.apache.flink.api.java.typeutils.RowTypeInfo;
@@ -11,14 +14,16 @@ import org.apache.flink.metrics.Counter;
 import org.apache.flink.metrics.MetricGroup;
 import org.apache.flink.runtime.state.StateInitializationContext;
 import org.apache.flink.streaming.api.operators.AbstractStreamOperator;
+import org.apache.flink.streaming.api.operators.BoundedOneInput;
 import org.apache.flink.streaming.api.operators.OneInputStreamOperator;
 import org.apache.flink.streaming.runtime.streamrecord.StreamRecord;
 import org.apache.flink.types.Row;
 import org.apache.flink.util.OutputTag;
 
 /**
- * The speed layer's allowed lateness: drops the fresh events whose tumbling window had closed for good
- * when they arrived, and flattens the rest into one row per event, timestamped with its event time.
+ * The speed layer's allowed lateness and pre-aggregation: drops the fresh events whose tumbling window
+ * had closed for good when they arrived, and adds the rest into one partial aggregate per window,
+ * emitted before every checkpoint barrier and at the end of input.
  *
  * <p>Input: {@link KeyedDedupEpochOperator#GOLD_EVENTS} rows (the fresh events of a part,
  * column-wise). An event with time {@code t} belongs to the window {@code [floor(t / W) * W,
@@ -28,36 +33,56 @@ import org.apache.flink.util.OutputTag;
  * EventTimeGate} recorded it. That watermark depends only on the partition's records before it, so
  * the decision is the same in every run and after every restore, however subtasks interleave. Such
  * events are counted ({@code lakestream.gold_events_beyond_lateness}) and left to the batch layer:
- * they are in bronze and in the late table already. The others ({@code lakestream.gold_events})
- * come out as {@link #eventType()} rows, whose record timestamp is the event time: the rowtime of
- * the gold SQL.
+ * they are in bronze and in the late table already. The others ({@code lakestream.gold_events}) are
+ * added to their window's partial ({@link GoldMetrics#add}).
+ *
+ * <p>Output: {@link #PARTIAL_TYPE} rows, one per window with events since the last flush: the window
+ * start, per metric its count or sum in fen, and per distinct count the set of values seen (each
+ * once), for {@link GoldWindowAggregate}, keyed by window start. Partials are flushed in {@code
+ * prepareSnapshotPreBarrier} and at the end of input, so none is ever part of a checkpoint (they are
+ * not state), and when {@code maxBuffered} events were added since the last flush (memory).
  *
  * <p>A new lineage (DESIGN.md section 9: every {@code --bounded} run, a settled or {@code --fresh}
- * start) begins with empty SQL state, while the gold table holds the previous lineage's rows, which
- * counted events this one never sees. Recomputing such a window from this lineage's events alone
+ * start) begins with an empty gold aggregate, while the gold table holds the previous lineage's rows,
+ * which counted events this one never sees. Recomputing such a window from this lineage's events alone
  * would replace a complete row with a partial one, so the windows that start at or before {@code
  * lineageStartMillis} (the newest event time the previous lineage recorded, over all partitions; no
  * cut for a first run) are left to the batch layer too ({@code lakestream.gold_events_before_lineage}).
  * The cut is kept in union operator state: a restore keeps its lineage's cut whatever it is given.
  *
- * <p>Watermarks pass through unchanged.
+ * <p>Watermarks pass through unchanged, also to {@link #WATERMARKS}.
  */
-public class GoldLatenessGate extends AbstractStreamOperator<Row> implements OneInputStreamOperator<Row, Row> {
+public class GoldLatenessGate extends AbstractStreamOperator<Row>
+        implements OneInputStreamOperator<Row, Row>, BoundedOneInput {
 
     private static final long serialVersionUID = 1L;
 
-    /** Positions in an {@link #eventType()} row. */
-    public static final int EVENT_TIME = 0;
-    public static final int KIND = 1;
-    public static final int AMOUNT = 2;
-    public static final int ORDER_ID = 3;
-    public static final int USER_ID = 4;
+    /** Positions in a {@link #PARTIAL_TYPE} row. */
+    public static final int WINDOW_START = 0;
+    public static final int VALUES = 1;
+    public static final int SETS = 2;
+
+    /**
+     * A window's partial aggregate: its start (epoch ms), per metric a count or a sum in fen (unused
+     * for distinct counts), per distinct count ({@link GoldMetrics#slot}) the values seen.
+     */
+    public static final RowTypeInfo PARTIAL_TYPE =
+            new RowTypeInfo(
+                    new TypeInformation<?>[] {
+                        Types.LONG,
+                        PrimitiveArrayTypeInfo.LONG_PRIMITIVE_ARRAY_TYPE_INFO,
+                        Types.OBJECT_ARRAY(Types.OBJECT_ARRAY(Types.STRING))
+                    },
+                    new String[] {"window_start", "values", "sets"});
 
     /**
      * A side output that never carries a record: its stream has this operator's watermarks only, for
-     * {@link GoldUpsertEpochOperator} (the gold SQL's mini-batch replaces them on the main path).
+     * {@link GoldUpsertEpochOperator}, which stamps rows with them.
      */
-    public static final OutputTag<Row> WATERMARKS = new OutputTag<>("lakestream-gold-watermarks", eventType());
+    public static final OutputTag<Row> WATERMARKS = new OutputTag<>("lakestream-gold-watermarks", PARTIAL_TYPE);
+
+    /** Default of {@code maxBuffered}: events added before the partials are flushed regardless. */
+    public static final int DEFAULT_MAX_BUFFERED = 200_000;
 
     /** {@code lineageStartMillis} of a lineage without a predecessor: no window is cut. */
     public static final long NO_CUT = Long.MIN_VALUE;
@@ -65,22 +90,26 @@ public class GoldLatenessGate extends AbstractStreamOperator<Row> implements One
     private final long windowMillis;
     private final long allowedLatenessMillis;
     private final long lineageStartMillis;
+    private final GoldMetrics metrics;
+    private final int maxBuffered;
 
+    private transient Map<Long, Partial> partials;
+    private transient int buffered;
     private transient ListState<Long> cutState;
     private transient long cut;
     private transient Counter kept;
     private transient Counter beyond;
     private transient Counter beforeLineage;
 
-    public GoldLatenessGate(long windowMillis, long allowedLatenessMillis) {
-        this(windowMillis, allowedLatenessMillis, NO_CUT);
-    }
-
     /**
      * @param lineageStartMillis the newest event time of the lineage this one continues ({@link
      *     #NO_CUT} for none): windows starting at or before it are not recomputed
+     * @param metrics what an event adds to its window's partial
+     * @param maxBuffered events added before the partials are flushed between barriers
      */
-    public GoldLatenessGate(long windowMillis, long allowedLatenessMillis, long lineageStartMillis) {
+    public GoldLatenessGate(
+            long windowMillis, long allowedLatenessMillis, long lineageStartMillis, GoldMetrics metrics,
+            int maxBuffered) {
         if (windowMillis < 1) {
             throw new IllegalArgumentException("gold.window must be at least 1 ms, got " + windowMillis + " ms");
         }
@@ -90,7 +119,12 @@ public class GoldLatenessGate extends AbstractStreamOperator<Row> implements One
         }
         this.windowMillis = windowMillis;
         this.allowedLatenessMillis = allowedLatenessMillis;
+        if (maxBuffered < 1) {
+            throw new IllegalArgumentException("maxBuffered must be at least 1 event, got " + maxBuffered);
+        }
         this.lineageStartMillis = lineageStartMillis;
+        this.metrics = metrics;
+        this.maxBuffered = maxBuffered;
     }
 
     @Override
@@ -120,17 +154,6 @@ public class GoldLatenessGate extends AbstractStreamOperator<Row> implements One
         return cut;
     }
 
-    /**
-     * One event: epoch-ms event time, gold kind, amount in yuan with scale 2 (null: none), order id,
-     * user id. The amount is made here from the fen without arithmetic ({@code BigDecimal.valueOf(fen,
-     * 2)}), so the Table API takes it as {@code DECIMAL(18, 2)} without a cast or a division per event.
-     */
-    public static RowTypeInfo eventType() {
-        return new RowTypeInfo(
-                new TypeInformation<?>[] {Types.LONG, Types.BYTE, Types.BIG_DEC, Types.STRING, Types.STRING},
-                new String[] {"event_time_ms", "kind", "amount", "order_id", "user_id"});
-    }
-
     /** End of the window of an event at {@code eventTime} (epoch ms). */
     public static long windowEnd(long eventTime, long windowMillis) {
         return Math.floorDiv(eventTime, windowMillis) * windowMillis + windowMillis;
@@ -155,6 +178,7 @@ public class GoldLatenessGate extends AbstractStreamOperator<Row> implements One
         kept = group.counter("gold_events");
         beyond = group.counter("gold_events_beyond_lateness");
         beforeLineage = group.counter("gold_events_before_lineage");
+        partials = new HashMap<>();
     }
 
     @Override
@@ -168,23 +192,79 @@ public class GoldLatenessGate extends AbstractStreamOperator<Row> implements One
         long[] arrival = (long[]) in.getField(KeyedDedupEpochOperator.GOLD_EVENT_ARRIVAL_WATERMARKS);
         int dropped = 0;
         int cutOff = 0;
+        long start = Long.MIN_VALUE;
+        Partial partial = null;
         for (int k = 0; k < times.length; k++) {
             long t = times[k];
             if (beyondLateness(t, arrival[k], windowMillis, allowedLatenessMillis)) {
                 dropped++;
                 continue;
             }
-            if (cut != NO_CUT && windowEnd(t, windowMillis) - windowMillis <= cut) {
+            long windowStart = windowEnd(t, windowMillis) - windowMillis;
+            if (cut != NO_CUT && windowStart <= cut) {
                 cutOff++;
                 continue;
             }
-            BigDecimal amount =
-                    amounts[k] == EventTimeGate.NO_AMOUNT ? null : BigDecimal.valueOf(amounts[k], 2);
-            output.collect(new StreamRecord<>(Row.of(t, kinds[k], amount, orders[k], users[k]), t));
+            if (partial == null || windowStart != start) {
+                start = windowStart;
+                partial = partials.get(windowStart);
+                if (partial == null) {
+                    partial = new Partial(metrics);
+                    partials.put(windowStart, partial);
+                }
+            }
+            metrics.add(partial.values, partial.sets, kinds[k], amounts[k], orders[k], users[k]);
         }
-        kept.inc(times.length - dropped - cutOff);
+        int added = times.length - dropped - cutOff;
+        kept.inc(added);
         beyond.inc(dropped);
         beforeLineage.inc(cutOff);
+        buffered += added;
+        if (buffered >= maxBuffered) {
+            flush();
+        }
+    }
+
+    /** Emits every window's partial and starts afresh. */
+    private void flush() {
+        for (Map.Entry<Long, Partial> entry : partials.entrySet()) {
+            Partial partial = entry.getValue();
+            String[][] sets = new String[partial.sets.length][];
+            for (int d = 0; d < sets.length; d++) {
+                sets[d] = partial.sets[d].toArray(new String[0]);
+            }
+            long windowStart = entry.getKey();
+            output.collect(new StreamRecord<>(Row.of(windowStart, partial.values, sets), windowStart));
+        }
+        partials.clear();
+        buffered = 0;
+    }
+
+    @Override
+    public void prepareSnapshotPreBarrier(long checkpointId) throws Exception {
+        flush();
+        super.prepareSnapshotPreBarrier(checkpointId);
+    }
+
+    @Override
+    public void endInput() throws Exception {
+        flush();
+    }
+
+    /** The partials not yet flushed (for tests). */
+    int bufferedWindows() {
+        return partials.size();
+    }
+
+    /** One window's partial aggregate since the last flush. */
+    private static final class Partial {
+        final long[] values;
+        final Set<String>[] sets;
+
+        Partial(GoldMetrics metrics) {
+            values = new long[metrics.size()];
+            sets = metrics.newSets();
+        }
     }
 
     Counter beforeLineageCounter() {

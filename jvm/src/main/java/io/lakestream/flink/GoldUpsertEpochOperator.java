@@ -20,26 +20,24 @@ import org.apache.flink.types.Row;
 import org.apache.flink.types.RowKind;
 
 /**
- * The speed layer's gold rows for its Python Delta sink: the gold SQL's changelog in, the newest
+ * The speed layer's gold rows for its Python Delta sink: the aggregate's rows in, the newest
  * version of each window per checkpoint out, stamped, with the sink's checkpoint markers.
  *
- * <p>Input: the rows of {@code to_changelog_stream} of the gold query (a GROUP BY over the window
- * start: inserts and updates, {@code +I}/{@code -U}/{@code +U}). Only {@code +I} and {@code +U}
- * matter (each is the whole current aggregate of its window); {@code -U} is the retraction half of an
- * update and {@code -D} cannot occur on insert-only input. They are kept per window (by {@code
- * keyField}) in a buffer, the newest replacing the older, and emitted as DATA rows of {@link
+ * <p>Input: a changelog of whole window rows ({@link GoldWindowAggregate}: {@code +I} for a window's
+ * first row, {@code +U} after). Only {@code +I} and {@code +U} matter (each is the whole current
+ * aggregate of its window); {@code -U} (the retraction half of an update in a changelog that has
+ * them) is ignored and {@code -D} cannot occur on insert-only input. They are kept per window (by
+ * {@code keyField}) in a buffer, the newest replacing the older, and emitted as DATA rows of {@link
  * #payloadType(String[])} right before PRECOMMIT(n) and END_OF_INPUT: one row per window touched in
  * the checkpoint, whatever the number of events, so the Python sink gets few rows and the table one
  * upsert per window and checkpoint. The buffer is never part of a checkpoint (it is empty when the
  * barrier passes), so a restore replays into an empty buffer.
  *
  * <p>It runs as a one-input operator (the watermark comes with the changelog) or, in the job, as a
- * two-input one: input 1 the changelog, input 2 a stream of the event-time watermarks only ({@link
- * GoldLatenessGate#WATERMARKS}), because the gold SQL's mini-batch assigner replaces the event-time
- * watermark on its path by processing-time marks. Input 1's watermarks are then ignored. Rows are
- * stamped at PRECOMMIT(n), after barrier n arrived on both inputs, so the watermark used is the one
- * of the events before n, all of which the SQL aggregated before n (mini-batches are flushed
- * before a barrier).
+ * two-input one: input 1 the rows, input 2 a stream of the event-time watermarks only ({@link
+ * GoldLatenessGate#WATERMARKS}); input 1's watermarks are then ignored. Rows are stamped at
+ * PRECOMMIT(n), after barrier n arrived on both inputs, so the watermark used is the one of the events
+ * before n, all of which were aggregated before n (the gate flushes its partials before a barrier).
  *
  * <p>Each emitted row is stamped with {@code data_time}, this operator's current event-time watermark
  * at the flush (the windows ending at or before it are complete, up to the allowed lateness), and
