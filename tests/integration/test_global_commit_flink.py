@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections import Counter
@@ -21,15 +22,19 @@ def test_two_writers_one_committer_through_a_failure(tmp_path: Path) -> None:
     rows = 3000
     uri = str(tmp_path / "t")
     marker = tmp_path / "failed.marker"
+    logs = tmp_path / "flink-log"  # its own: PyFlink's default log file is overwritten by every local JVM
     proc = subprocess.run(
         [sys.executable, str(JOB), uri, str(tmp_path / "ckpt"), str(rows), "600", str(marker)],
         cwd=ROOT,
+        env={**os.environ, "FLINK_LOG_DIR": str(logs)},
         capture_output=True,
         text=True,
         timeout=400,
         check=False,
     )
-    assert proc.returncode == 0, proc.stderr[-6000:]
+    if proc.returncode != 0:
+        jvm = "".join(p.read_text(errors="replace") for p in sorted(logs.glob("*.log")))
+        pytest.fail(f"{proc.stderr[-6000:]}\n--- the JVM's log, last part ---\n{jvm[-20000:]}")
     assert marker.exists(), "the injected failure never happened; the test proved nothing"
 
     dt = DeltaTable(uri)
