@@ -295,7 +295,6 @@ def build_ingest_job(
         # The speed layer: gold rows per window from the de-dup's side output (DESIGN.md section 11.6);
         # its writer runs in the silver committer's Python worker (both at parallelism 1).
         gold = speed_layer(
-            env,
             marked,
             cfg,
             specs[cfg.gold.table],

@@ -178,7 +178,6 @@ class GoldSinkFunction(ProcessFunction):  # type: ignore[misc]
 
 
 def speed_layer(
-    env: Any,
     deduped: DataStream,
     cfg: Config,
     spec: DeltaSinkSpec,
