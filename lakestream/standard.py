@@ -250,6 +250,12 @@ _EVENT_FIELDS: tuple[pa.Field, ...] = (
 )
 assert tuple(f.name for f in _EVENT_FIELDS) == EVENT_COLUMNS
 
+#: Columns whose values come from a small closed set (kinds, statuses, sources, topics, partitions):
+#: the only columns of lakestream's tables written with a Parquet dictionary (``sinks.parquet_encoding``).
+CLOSED_SET_COLUMNS: frozenset[str] = frozenset(
+    {"event_type", "status", "logistics_state", "op", "source", "topic", "partition", "quality", "stage"}
+)
+
 #: Bronze: every adapted event as it arrived (quality-tagged), plus when lakestream wrote it.
 BRONZE_SCHEMA: pa.Schema = pa.schema([*_EVENT_FIELDS, pa.field("ingest_time", TIMESTAMP, nullable=False)])
 

@@ -44,6 +44,7 @@ from lakestream.time_args import iso_utc
 from maintenance.facts import TableRef, now_ms
 from maintenance.key_ranges import Cell, KeyFile, cells, key_files, owners
 from maintenance.rewrites import TableBusyError, rewrite_lock
+from sinks.parquet_encoding import writer_properties
 from sources.delta_log import open_filesystem
 from sources.merge_on_read import (
     FOLD_APP,
@@ -218,6 +219,7 @@ def _merge(
             source_alias="s",
             target_alias="t",
             streamed_exec=False,  # derive the key-range file filter from the source (sinks.committer)
+            writer_properties=writer_properties(snapshot.schema().to_arrow().names),
             commit_properties=props(source),
         )
         .when_matched_update(table.spec.update_expressions(table.schema, "s", "t"))
@@ -310,7 +312,11 @@ def replace_cells(
             order = pc.sort_indices(current, sort_keys=[(key, "ascending")])
             for start, stop in _cut(current.num_rows, file_rows):
                 write_deltalake(
-                    stage_uri, current.take(order[start:stop]), mode="append", storage_options=options
+                    stage_uri,
+                    current.take(order[start:stop]),
+                    mode="append",
+                    storage_options=options,
+                    writer_properties=writer_properties(current.schema.names),
                 )
             del current, order
         adds = _staged_adds(fs)

@@ -45,6 +45,7 @@ from maintenance.retention import (
     whole_hours,
 )
 from maintenance.rewrites import check_rewrite, find_commit, rewrite_lock
+from sinks.parquet_encoding import writer_properties
 from sinks.retry_policy import RetryPolicy
 from sources.reader_positions import ReaderRecord, forget, read_records
 
@@ -159,11 +160,13 @@ def optimize(
                 list(zorder),
                 partition_filters=filters,
                 target_size=target_size,
+                writer_properties=writer_properties(dt.schema().to_arrow().names),
                 commit_properties=_props("zorder", token),
             )
         return dt.optimize.compact(
             partition_filters=filters,
             target_size=target_size,
+            writer_properties=writer_properties(dt.schema().to_arrow().names),
             commit_properties=_props("optimize", token),
         )
 

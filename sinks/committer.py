@@ -37,6 +37,7 @@ from lakestream.freshness import FRESHNESS_KEY, latest_freshness, newest
 from lakestream.progress import PROGRESS_KEY, merged, progress_app_id
 from sinks.delta_files import file_stats
 from sinks.errors import CommitConflictError, StagedFileMissingError
+from sinks.parquet_encoding import pyarrow_options, writer_properties
 from sinks.retry_policy import RetryPolicy
 from sinks.staging import Manifest, StagedFile, StagingArea
 from sinks.table_spec import TableSpec
@@ -243,7 +244,7 @@ class DeltaCommitter:
         name = f"part-00000-{uuid.uuid4().hex}-s{seq}.snappy.parquet"
         path = self._root / name
         with open(path, "wb") as fh:
-            pq.write_table(rows, fh, compression="snappy")
+            pq.write_table(rows, fh, **pyarrow_options(rows.schema.names))
             fh.flush()
             os.fsync(fh.fileno())
         st = path.stat()
@@ -277,6 +278,7 @@ class DeltaCommitter:
             # scanned the whole table. With it, files whose key range misses the batch are skipped
             # (measured: new keys into a 1.2M-row table 1.4 s -> 0.35 s, flat instead of growing).
             streamed_exec=False,
+            writer_properties=writer_properties(self.spec.table_schema.names),
             commit_properties=props,
         )
         if self.spec.mode == "upsert":

@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 from lakestream.progress import checked_progress
 from sinks.delta_files import file_stats, partition_dir, partition_value
 from sinks.errors import BatchSchemaError, KeyNullError
+from sinks.parquet_encoding import pyarrow_options
 from sinks.staging import (
     Manifest,
     ManifestKind,
@@ -185,7 +186,7 @@ class Stager:
             path = folder / name
             start = offset
             with open(path, "wb") as fh:
-                pw = pq.ParquetWriter(fh, data.schema, compression="snappy")
+                pw = pq.ParquetWriter(fh, data.schema, **pyarrow_options(data.schema.names))
                 while offset < data.num_rows:
                     pw.write_table(data.slice(offset, slice_rows))
                     offset = min(data.num_rows, offset + slice_rows)
