@@ -14,13 +14,16 @@ changes files, merge-on-read folds, and OPTIMIZE / Z-order rewrites.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 
 from deltalake import ColumnProperties, WriterProperties
 
 from lakestream.standard import CLOSED_SET_COLUMNS
 
 COMPRESSION = "snappy"
+#: The same codec as delta-rs spells it.
+DELTA_COMPRESSION: Literal["SNAPPY"] = "SNAPPY"
+assert DELTA_COMPRESSION.lower() == COMPRESSION
 
 
 def dictionary_columns(columns: Iterable[str]) -> list[str]:
@@ -36,7 +39,7 @@ def pyarrow_options(columns: Iterable[str]) -> dict[str, Any]:
 def writer_properties(columns: Iterable[str]) -> WriterProperties:
     """delta-rs ``WriterProperties`` for the files a MERGE, write or OPTIMIZE writes with ``columns``."""
     return WriterProperties(
-        compression="SNAPPY",
+        compression=DELTA_COMPRESSION,
         default_column_properties=ColumnProperties(dictionary_enabled=False),
         column_properties={
             name: ColumnProperties(dictionary_enabled=True) for name in dictionary_columns(columns)
