@@ -187,10 +187,18 @@ class FlinkConfig:
     #: record handling itself, while the Python workers wait for CPU (README, performance). A 1 GiB
     #: heap: without a cap G1 grew the heap to 2.8 GB for about 0.25 GB live over 40 minutes of ingest
     #: (state lives in RocksDB, off the heap; 124-185 MiB after young collections). ``GCTimeRatio=12``
-    #: (G1 grows the heap once collections take more than 7.7 % of the time): fewer young collections
-    #: than 512 MiB with ``GCTimeRatio=4``, +4.6 % sustained in paired bounded runs, the 40-minute run
-    #: still flat and under 3 GB (benchmarks/RESULTS.md).
-    jvm_options: tuple[str, ...] = ("-XX:TieredStopAtLevel=1", "-Xmx1g", "-XX:GCTimeRatio=12")
+    #: (the heap grows once collections take more than 7.7 % of the time): fewer young collections
+    #: than 512 MiB with ``GCTimeRatio=4``, +4.6 % sustained in paired bounded runs. The parallel
+    #: collector rather than G1: on this small, mostly short-lived heap G1's write barriers and
+    #: concurrent work cost more CPU than the parallel collector's pauses (paired bounded runs: sustained
+    #: +8 %, the JVM's CPU -10 %; the 40-minute run flat, peak RSS 1,761 MiB against G1's 2,321;
+    #: visibility p99 no worse). Measurements: benchmarks/RESULTS.md.
+    jvm_options: tuple[str, ...] = (
+        "-XX:TieredStopAtLevel=1",
+        "-Xmx1g",
+        "-XX:GCTimeRatio=12",
+        "-XX:+UseParallelGC",
+    )
     #: Flink managed memory of the local MiniCluster (``taskmanager.memory.managed.size``; a cluster sets
     #: its own), shared by the slots: RocksDB's block cache and memtables, which hold the de-dup ids and
     #: the gold aggregate's distinct values, and the Python workers' share. 384m instead of Flink's local
