@@ -31,7 +31,7 @@ from udfs.checkpoint_markers import (
     discard,
     with_checkpoint_markers,
 )
-from udfs.worker_memory import return_free_memory
+from udfs.worker_memory import keep_freed_pages, return_free_memory
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyflink.datastream import DataStream
@@ -277,6 +277,7 @@ class TableWriters:
                 raise ValueError("counters belong to staged work: pass them at PRECOMMIT or END_OF_INPUT")
         results: list[CommitResult] = []
         if kind == OPEN:
+            keep_freed_pages()  # until the COMMITs' return_free_memory
             for name, spec in self.specs.items():
                 writer = spec.new_writer()
                 self.writers[name] = writer

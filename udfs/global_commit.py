@@ -22,7 +22,7 @@ from pyflink.datastream import ProcessFunction, RuntimeContext
 from sinks.committable import Committable
 from udfs.checkpoint_markers import COMMIT, DATA, END_OF_INPUT, OPEN, Marker, discard, with_checkpoint_markers
 from udfs.delta_sink import COMMIT_GAUGES, DeltaSinkSpec, gauge_reader
-from udfs.worker_memory import return_free_memory
+from udfs.worker_memory import keep_freed_pages, return_free_memory
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyflink.datastream import DataStream
@@ -97,6 +97,7 @@ class GlobalCommitterFunction(ProcessFunction):  # type: ignore[misc]
                 )
             committer.add(committable)
         elif kind == OPEN:
+            keep_freed_pages()  # until the COMMITs' return_free_memory
             self._open(marker)
         elif kind == COMMIT:
             results = [c.commit(marker.checkpoint_id) for c in self.committers.values()]
