@@ -37,12 +37,12 @@ print(json.dumps({"faults": (faults() - start) / 30, "pool": pa.default_memory_p
 """
 
 
-def rounds(mode: str, **env: str) -> dict[str, Any]:
+def rounds(mode: str) -> dict[str, Any]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "ARROW_DEFAULT"))}
     out = subprocess.run(
         [sys.executable, "-c", ROUNDS, mode],
         cwd=ROOT,
-        env={**clean, "PYTHONPATH": str(ROOT), **env},
+        env={**clean, "PYTHONPATH": str(ROOT)},
         check=True,
         capture_output=True,
         text=True,
