@@ -68,6 +68,7 @@ class StandaloneCluster:
             "taskmanager.memory.process.size": "1536m",
             "taskmanager.memory.managed.fraction": "0.1",
             "taskmanager.numberOfTaskSlots": str(self.slots_per_taskmanager),
+            "taskmanager.memory.segment-size": "256kb",  # as a local run (flink.network_buffer_size)
             "rest.address": "localhost",
             "rest.bind-address": "localhost",
             "rest.port": str(self.rest_port),

@@ -150,6 +150,20 @@ RESERVED_CONSUMER_PROPERTIES: dict[str, str] = {
 #: A memory size as Flink reads it, in the units the config takes (``flink.managed_memory``).
 _MEMORY_SIZE = re.compile(r"[1-9][0-9]*[kmg]")
 
+_UNIT_BYTES = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+def size_bytes(size: str) -> int:
+    """Bytes of a ``_MEMORY_SIZE`` such as ``"256k"``."""
+    return int(size[:-1]) * _UNIT_BYTES[size[-1]]
+
+
+def _is_buffer_size(size: str) -> bool:
+    """A ``_MEMORY_SIZE`` Flink takes as a memory segment: a power of two, at least 4 KiB (Flink's
+    smallest page); at most 16 MiB here."""
+    n = size_bytes(size)
+    return 4 << 10 <= n <= 16 << 20 and n & (n - 1) == 0
+
 
 @dataclass(frozen=True, slots=True)
 class FlinkConfig:
@@ -205,6 +219,14 @@ class FlinkConfig:
     #: 128m: the JVM spent ~10 % less CPU per event and sustained ingest was ~4 % faster in paired
     #: bounded runs (768m: no better), the 40-minute run still under 3 GB (benchmarks/RESULTS.md).
     managed_memory: str = "384m"
+    #: Size of one network buffer of the local MiniCluster (``taskmanager.memory.segment-size``; a
+    #: cluster sets its own): a power of two from 4k. The ingest job's records between its tasks are
+    #: batches of events (hundreds of KiB each); at Flink's 32k a record filled dozens of buffers and
+    #: the few buffers of a channel held less than one record, so a Python worker busy with one batch
+    #: stalled every task feeding it. 256k: +11 % sustained in paired bounded runs, ~0.1 core more busy
+    #: (benchmarks/RESULTS.md). The local network memory grows with it where the parallelism needs
+    #: more buffers than Flink's local 64m holds (``flink_runtime.local_network_memory``).
+    network_buffer_size: str = "256k"
     #: Map Flink's classes into the local JVM from a class-data archive, which the first run writes at
     #: its exit, one per kind of job (``lakestream.class_archive``): building the ingest graph ~2.5 s faster.
     class_archive: bool = True
@@ -229,6 +251,13 @@ class FlinkConfig:
             raise ConfigError(
                 f"flink.managed_memory: a size such as '128m' or '1g' (k, m or g), "
                 f"got {self.managed_memory!r}"
+            )
+        if not _MEMORY_SIZE.fullmatch(self.network_buffer_size) or not _is_buffer_size(
+            self.network_buffer_size
+        ):
+            raise ConfigError(
+                f"flink.network_buffer_size: a power of two from 4k to 16m such as '256k' or '1m' "
+                f"(k, m or g), got {self.network_buffer_size!r}"
             )
         bad = [o for o in self.jvm_options if not o.startswith("-") or any(c.isspace() for c in o)]
         if bad:

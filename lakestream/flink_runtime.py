@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lakestream import class_archive, jvm_scratch, paths
-from lakestream.config import FlinkConfig
+from lakestream.config import FlinkConfig, size_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyflink.datastream import StreamExecutionEnvironment
@@ -124,6 +124,21 @@ def _ms(td: Any) -> str:
     return f"{int(td.total_seconds() * 1000)} ms"
 
 
+#: Network buffers per pair of subtasks a local job may need: an all-to-all exchange has p channels at
+#: each of its p subtasks. The ingest job at parallelism 8 ran with 256 buffers (64m of 256k ones) and
+#: failed with 64 (of 1m).
+BUFFERS_PER_SUBTASK_PAIR = 4
+#: Flink's network memory of a local MiniCluster.
+LOCAL_NETWORK_MEMORY = 64 << 20
+
+
+def local_network_memory(cfg: FlinkConfig) -> str:
+    """The local MiniCluster's network memory: Flink's 64m, or enough for ``BUFFERS_PER_SUBTASK_PAIR``
+    buffers of ``flink.network_buffer_size`` per pair of subtasks at ``flink.parallelism``."""
+    need = BUFFERS_PER_SUBTASK_PAIR * cfg.parallelism**2 * size_bytes(cfg.network_buffer_size)
+    return f"{-(-max(LOCAL_NETWORK_MEMORY, need) // (1 << 20))}m"
+
+
 def flink_settings(
     cfg: FlinkConfig, *, checkpoint_dir: str | None = None, state_backend: str = "hashmap"
 ) -> dict[str, str]:
@@ -154,9 +169,13 @@ def flink_settings(
         # Keep checkpointing while some sources have finished, and take a final checkpoint at the end of
         # a bounded run (the sink's last commit rides on it).
         "execution.checkpointing.checkpoints-after-tasks-finish": "true",
-        # A local MiniCluster takes a fixed size (Flink's local default 128m; a fraction has no effect
-        # there); a cluster's TaskManagers size it in their own configuration.
+        # A local MiniCluster takes fixed sizes (Flink's local defaults: 128m managed, 64m network, 32k
+        # buffers; a fraction has no effect there); a cluster's TaskManagers size them in their own
+        # configuration.
         "taskmanager.memory.managed.size": cfg.managed_memory,
+        "taskmanager.memory.segment-size": cfg.network_buffer_size,
+        "taskmanager.memory.network.min": local_network_memory(cfg),
+        "taskmanager.memory.network.max": local_network_memory(cfg),
         # ``flink.python_workers``: PyFlink runs all Python operators of a slot in one worker process
         # when their memory is managed by Flink, one worker per operator subtask otherwise.
         PYTHON_WORKER_PER_SLOT: str(cfg.python_workers == "slot").lower(),

@@ -93,6 +93,38 @@ def test_the_local_managed_memory_is_the_configured_size(tmp_path: Path) -> None
     assert got["taskmanager.memory.managed.size"] == "768m"
 
 
+@pytest.mark.parametrize("size", ["4k", "256k", "1m", "16m"])
+def test_the_local_network_buffers_are_the_configured_size(tmp_path: Path, size: str) -> None:
+    from lakestream.config import FlinkConfig
+    from lakestream.flink_runtime import flink_settings
+
+    got = flink_settings(FlinkConfig(network_buffer_size=size), checkpoint_dir=str(tmp_path))
+    assert got["taskmanager.memory.segment-size"] == size
+    assert got["taskmanager.memory.network.min"] == got["taskmanager.memory.network.max"]
+    assert FlinkConfig().network_buffer_size == "256k"
+
+
+@pytest.mark.parametrize(
+    ("parallelism", "size", "memory"),
+    [
+        (2, "256k", "64m"),
+        (8, "256k", "64m"),
+        (9, "256k", "81m"),
+        (16, "256k", "256m"),
+        (8, "1m", "256m"),
+        (32, "4k", "64m"),
+        (3, "16m", "576m"),
+    ],
+)
+def test_the_local_network_memory_holds_the_buffers_the_parallelism_needs(
+    parallelism: int, size: str, memory: str
+) -> None:
+    from lakestream.config import FlinkConfig
+    from lakestream.flink_runtime import local_network_memory
+
+    assert local_network_memory(FlinkConfig(parallelism=parallelism, network_buffer_size=size)) == memory
+
+
 @pytest.mark.parametrize(("python_workers", "managed"), [("slot", "true"), ("operator", "false")])
 def test_python_workers_per_slot_or_per_operator(tmp_path: Path, python_workers: str, managed: str) -> None:
     from lakestream.config import FlinkConfig
