@@ -168,6 +168,8 @@ def markdown(results: dict[str, Any]) -> str:
         "python_execution_mode",
         "python_workers",
         "jvm_options",
+        "managed_memory",
+        "network_buffer_size",
     )
     flink = {k: st["flink"][k] for k in keys if k in st["flink"]}
     lines = [

@@ -220,12 +220,13 @@ class FlinkConfig:
     #: bounded runs (768m: no better), the 40-minute run still under 3 GB (benchmarks/RESULTS.md).
     managed_memory: str = "384m"
     #: Size of one network buffer of the local MiniCluster (``taskmanager.memory.segment-size``; a
-    #: cluster sets its own): a power of two from 4k. The ingest job's records between its tasks are
+    #: cluster sets its own): a power of two, 4k-16m. The ingest job's records between its tasks are
     #: batches of events (hundreds of KiB each); at Flink's 32k a record filled dozens of buffers and
     #: the few buffers of a channel held less than one record, so a Python worker busy with one batch
-    #: stalled every task feeding it. 256k: +11 % sustained in paired bounded runs, ~0.1 core more busy
-    #: (benchmarks/RESULTS.md). The local network memory grows with it where the parallelism needs
-    #: more buffers than Flink's local 64m holds (``flink_runtime.local_network_memory``).
+    #: stalled every task feeding it. 256k: +11 and +21 % sustained in two sets of paired bounded
+    #: runs, ~0.1 core more busy (benchmarks/RESULTS.md). The local network memory grows with it where
+    #: the parallelism needs more buffers than Flink's local 64m holds
+    #: (``flink_runtime.local_network_memory``).
     network_buffer_size: str = "256k"
     #: Map Flink's classes into the local JVM from a class-data archive, which the first run writes at
     #: its exit, one per kind of job (``lakestream.class_archive``): building the ingest graph ~2.5 s faster.
