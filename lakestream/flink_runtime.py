@@ -148,6 +148,7 @@ def flink_settings(
     """
     ckpt = Path(checkpoint_dir or cfg.checkpoint_dir).resolve()
     backend = state_backend if cfg.state_backend == "default" else cfg.state_backend
+    network_memory = local_network_memory(cfg)
     settings = {
         "python.executable": sys.executable,
         "python.client.executable": sys.executable,
@@ -174,8 +175,8 @@ def flink_settings(
         # configuration.
         "taskmanager.memory.managed.size": cfg.managed_memory,
         "taskmanager.memory.segment-size": cfg.network_buffer_size,
-        "taskmanager.memory.network.min": local_network_memory(cfg),
-        "taskmanager.memory.network.max": local_network_memory(cfg),
+        "taskmanager.memory.network.min": network_memory,
+        "taskmanager.memory.network.max": network_memory,
         # ``flink.python_workers``: PyFlink runs all Python operators of a slot in one worker process
         # when their memory is managed by Flink, one worker per operator subtask otherwise.
         PYTHON_WORKER_PER_SLOT: str(cfg.python_workers == "slot").lower(),
