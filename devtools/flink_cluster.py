@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from devtools import processes
+from lakestream.config import FlinkConfig
 from lakestream.flink_runtime import FlinkRuntimeError, flink_home, require_java
 
 
@@ -68,7 +69,7 @@ class StandaloneCluster:
             "taskmanager.memory.process.size": "1536m",
             "taskmanager.memory.managed.fraction": "0.1",
             "taskmanager.numberOfTaskSlots": str(self.slots_per_taskmanager),
-            "taskmanager.memory.segment-size": "256kb",  # as a local run (flink.network_buffer_size)
+            "taskmanager.memory.segment-size": FlinkConfig().network_buffer_size,  # as a local run
             "rest.address": "localhost",
             "rest.bind-address": "localhost",
             "rest.port": str(self.rest_port),
