@@ -27,6 +27,7 @@ from sources.options import DeltaSourceOptions
 from sources.reader import table_rows
 from sources.reader_positions import PositionRecorder
 from sources.stream_reader import DeltaStreamReader, PollReport, resolve_read_schema
+from udfs.worker_bundles import skip_sampler_waits
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyflink.datastream import DataStream, StreamExecutionEnvironment
@@ -82,6 +83,7 @@ class DeltaSourceFunction(KeyedProcessFunction):  # type: ignore[misc]
 
     def open(self, runtime_context: RuntimeContext) -> None:
         """Create the reader (caches live per task attempt) and register the metrics."""
+        skip_sampler_waits()
         self.offset_state = runtime_context.get_state(
             ValueStateDescriptor("delta-source-offset", Types.STRING())
         )

@@ -31,6 +31,7 @@ from udfs.checkpoint_markers import (
     discard,
     with_checkpoint_markers,
 )
+from udfs.worker_bundles import skip_sampler_waits
 from udfs.worker_memory import keep_freed_pages, return_free_memory
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -336,6 +337,7 @@ class DeltaSinkFunction(ProcessFunction):  # type: ignore[misc]
 
     def open(self, runtime_context: RuntimeContext) -> None:
         """Register metrics; the writer itself is created on the OPEN marker (it needs the run id)."""
+        skip_sampler_waits()
         self.tables.register_metrics(runtime_context)
 
     def process_element(self, value: Any, ctx: ProcessFunction.Context) -> Iterator[str]:

@@ -22,6 +22,7 @@ from pyflink.datastream import ProcessFunction, RuntimeContext
 from sinks.committable import Committable
 from udfs.checkpoint_markers import COMMIT, DATA, END_OF_INPUT, OPEN, Marker, discard, with_checkpoint_markers
 from udfs.delta_sink import COMMIT_GAUGES, DeltaSinkSpec, gauge_reader
+from udfs.worker_bundles import skip_sampler_waits
 from udfs.worker_memory import keep_freed_pages, return_free_memory
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -64,6 +65,7 @@ class GlobalCommitterFunction(ProcessFunction):  # type: ignore[misc]
     def open(self, runtime_context: RuntimeContext) -> None:
         """The commit gauges of each table (group ``delta_table.<app prefix>``); the subtasks no longer
         report those for a table in global commit mode, only their buffers."""
+        skip_sampler_waits()
         for prefix in self.specs:
             group = runtime_context.get_metrics_group().add_group("delta_table", prefix)
             for gauge, attr in COMMIT_GAUGES.items():

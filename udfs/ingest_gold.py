@@ -32,6 +32,7 @@ from udfs.checkpoint_markers import DATA, KIND_FIELD, OPEN, PAYLOAD_FIELD, Marke
 from udfs.delta_sink import DeltaSinkSpec, TableWriters
 from udfs.global_commit import SecondSink
 from udfs.ingest_rows import string_list
+from udfs.worker_bundles import skip_sampler_waits
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyflink.datastream import DataStream
@@ -159,6 +160,7 @@ class GoldSinkFunction(ProcessFunction):  # type: ignore[misc]
 
     def open(self, runtime_context: RuntimeContext) -> None:
         """Register the writer's metrics."""
+        skip_sampler_waits()
         self.tables.register_metrics(runtime_context)
 
     def process_element(self, value: Any, ctx: ProcessFunction.Context) -> Iterator[str]:

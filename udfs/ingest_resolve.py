@@ -28,6 +28,7 @@ from udfs.checkpoint_markers import DATA, END_OF_INPUT, PRECOMMIT, Marker
 from udfs.delta_sink import DeltaSinkSpec, TableWriters
 from udfs.global_commit import committable_row
 from udfs.ingest_rows import NOT_LATE, ResolveBatch, from_epoch_millis, unpack_events
+from udfs.worker_bundles import skip_sampler_waits
 from udfs.worker_gc import tune_for_batches
 
 #: Names of the tables this operator writes, as keys of its ``tables`` argument.
@@ -53,6 +54,7 @@ class ResolveBatches(ProcessFunction):  # type: ignore[misc]
 
     def open(self, runtime_context: RuntimeContext) -> None:
         """Register the counters and writer gauges."""
+        skip_sampler_waits()
         group = runtime_context.get_metrics_group().add_group("lakestream")
         # events_duplicate is the de-dup operator's Flink counter; here it only goes into silver's commits.
         self._late = group.counter("events_late")

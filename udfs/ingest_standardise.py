@@ -36,6 +36,7 @@ from udfs.ingest_rows import (
     quarantine_row,
     string_list,
 )
+from udfs.worker_bundles import skip_sampler_waits
 from udfs.worker_gc import tune_for_batches
 
 UTC = timezone.utc
@@ -111,6 +112,7 @@ class StandardiseFunction(ProcessFunction):  # type: ignore[misc]
 
     def open(self, runtime_context: RuntimeContext) -> None:
         """Resolve adapters once and register the quality counters."""
+        skip_sampler_waits()
         self._adapters = {topic: get_adapter(src) for topic, src in self.sources_by_topic.items()}
         group = runtime_context.get_metrics_group().add_group("lakestream")
         self._counters = {
