@@ -14,8 +14,6 @@ from __future__ import annotations
 import threading
 from typing import Any, Final
 
-from apache_beam.runners.worker import statesampler
-
 #: Set on Beam's ``StateSampler`` class once its start and stop are replaced: Beam's (start, stop).
 BEAM_METHODS: Final = "_lakestream_beam_methods"
 #: Set on a sampler started without a thread, until it stops.
@@ -26,8 +24,11 @@ def skip_sampler_waits() -> None:
     """Replace ``StateSampler.start``/``stop`` in this process with thread-less ones; idempotent.
 
     A sampler whose thread is already running (a bundle of another operator in the same worker, begun
-    before this call) stops the way Beam's does, joining its thread.
+    before this call) stops the way Beam's does, joining its thread. Beam is imported here, in the
+    worker: the client builds the job graph from these modules without it.
     """
+    from apache_beam.runners.worker import statesampler
+
     beam: Any = statesampler  # untyped
     cls = beam.StateSampler
     if BEAM_METHODS in cls.__dict__:
