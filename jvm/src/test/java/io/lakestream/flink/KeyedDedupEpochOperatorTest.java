@@ -338,6 +338,57 @@ class KeyedDedupEpochOperatorTest {
         }
     }
 
+    @Test
+    void looksIdsUpInTheStateKeyOrderWithCopiesInArrivalOrder() {
+        Random random = new Random(7);
+        for (int maxParallelism : new int[] {1, 128, 100, 32768}) {
+            KeyGroupKeys keys = KeyGroupKeys.of(maxParallelism);
+            int perKeyGroup = keys.keysPerKeyGroup();
+            for (int round = 0; round < 200; round++) {
+                int n = 1 + random.nextInt(round < 100 ? 12 : 3000);
+                int[] buckets = new int[n];
+                long[] hi = new long[n];
+                long[] lo = new long[n];
+                for (int k = 0; k < n; k++) {
+                    int copyOf = k > 0 && random.nextInt(4) == 0 ? random.nextInt(k) : -1;
+                    hi[k] = copyOf >= 0 ? hi[copyOf] : random.nextLong() >> random.nextInt(64);
+                    lo[k] = copyOf >= 0 ? lo[copyOf] : random.nextLong();
+                    buckets[k] = copyOf >= 0 ? buckets[copyOf] : random.nextInt(maxParallelism);
+                }
+                long[] order = KeyedDedupEpochOperator.lookupOrder(buckets, hi, lo, perKeyGroup);
+                int mask = (1 << KeyedDedupEpochOperator.positionBits(n)) - 1;
+                int hiShift = 64 - (63 - 18 - KeyedDedupEpochOperator.positionBits(n));
+                boolean[] visited = new boolean[n];
+                Map<Id, Integer> lastCopy = new LinkedHashMap<>();
+                int previous = -1;
+                for (long entry : order) {
+                    int k = (int) (entry & mask);
+                    assertTrue(k < n && !visited[k], "each position once, got " + k);
+                    visited[k] = true;
+                    Integer earlier = lastCopy.put(new Id(hi[k], lo[k]), k);
+                    assertTrue(earlier == null || earlier < k, "copies in arrival order: " + earlier + ", " + k);
+                    if (previous >= 0) {
+                        int p = previous;
+                        int keyP = keys.key(
+                                buckets[p], KeyedDedupEpochOperator.spread(hi[p], lo[p], perKeyGroup));
+                        int keyK = keys.key(
+                                buckets[k], KeyedDedupEpochOperator.spread(hi[k], lo[k], perKeyGroup));
+                        // RocksDB's order: key group, then the key (non-negative, big-endian), then the id.
+                        int cmp = Integer.compare(buckets[p], buckets[k]);
+                        if (cmp == 0) {
+                            cmp = Integer.compare(keyP, keyK);
+                        }
+                        if (cmp == 0) {
+                            cmp = Long.compareUnsigned(hi[p] >>> hiShift, hi[k] >>> hiShift);
+                        }
+                        assertTrue(cmp <= 0, "max parallelism " + maxParallelism + ": " + p + " before " + k);
+                    }
+                    previous = k;
+                }
+            }
+        }
+    }
+
     private static boolean sameKey(Id a, Id b, int perKeyGroup) {
         return a.bucket(MAX_PARALLELISM) == b.bucket(MAX_PARALLELISM)
                 && KeyedDedupEpochOperator.spread(a.hi, a.lo, perKeyGroup)
