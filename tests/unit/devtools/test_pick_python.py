@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from devtools import pick_python
-from devtools.pick_python import MARGIN, candidates, choose, probe
+from devtools.pick_python import MARGIN, candidates, choose, measure, probe
 
 SCRIPT = Path(pick_python.__file__)
 
@@ -54,6 +54,23 @@ def test_probe_reads_this_interpreter_and_skips_what_does_not_run(tmp_path: Path
     assert seconds > 0
     assert probe(str(_exe(tmp_path, "python3", "echo garbage"))) is None
     assert probe(str(_exe(tmp_path, "python3.12", "exit 3"))) is None
+
+
+def test_measure_takes_each_interpreters_best_round_and_probes_it_under_one_name(tmp_path: Path) -> None:
+    calls = tmp_path / "calls"
+    # Three rounds of one interpreter under two names: 0.9, 0.5, 0.7 s; the second name is probed once.
+    slow_then_fast = _exe(
+        tmp_path / "a",
+        "python3",
+        f"echo a >> {calls}; n=$(grep -c a {calls}); "
+        "case $n in 1) t=0.9;; 2) t=0.5;; *) t=0.7;; esac; echo /real/a 3.11.7 1 $t",
+    )
+    other_name = _exe(tmp_path / "a", "python3.11", f"echo b >> {calls}; echo /real/a 3.11.7 1 0.1")
+    broken = _exe(tmp_path / "b", "python3.12", f"echo c >> {calls}; exit 1")
+    fast = _exe(tmp_path / "c", "python3.10", "echo /real/c 3.10.9 1 0.2")
+    got = measure([str(slow_then_fast), str(other_name), str(broken), str(fast)], rounds=3)
+    assert got == [("/real/a", "3.11.7", True, 0.5), ("/real/c", "3.10.9", True, 0.2)]
+    assert sorted(calls.read_text().split()) == ["a", "a", "a", "b", "c"]
 
 
 def test_the_script_prints_one_usable_interpreter_or_says_what_to_install(tmp_path: Path) -> None:
