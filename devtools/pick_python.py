@@ -4,8 +4,8 @@ Run by ``make`` (plain ``python3``, once, when ``.venv`` does not exist yet) unl
 The Python workers run lakestream's per-record code, so the interpreter's build matters: CPython built
 with profile-guided and link-time optimisation (Debian's and python.org's builds) ran the ingest
 benchmark's Python workers about a fifth faster than a build without them (pyenv's default) on the same
-machine (benchmarks/RESULTS.md). Candidates are ``python3.12``, ``python3.11``, ``python3.10`` and
-``python3`` in every PATH directory; each is asked for its version, for ``venv`` with ``ensurepip``, and
+machine (benchmarks/RESULTS.md). Candidates are ``python3``, ``python3.12``, ``python3.11`` and
+``python3.10`` in every PATH directory; each is asked for its version, for ``venv`` with ``ensurepip``, and
 to time a short loop of the kind of work the workers do (the best of several rounds in its own CPU
 time, the candidates probed in turns).
 ``python3`` wins unless another is at least ``MARGIN`` faster, so noise does not flip the choice. The

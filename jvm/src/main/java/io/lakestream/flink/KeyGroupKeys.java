@@ -74,6 +74,11 @@ final class KeyGroupKeys {
 
     /** The {@code index}-th smallest non-negative int in {@code keyGroup}, {@code 0 <= index < keysPerKeyGroup()}. */
     int key(int keyGroup, int index) {
-        return keys[keyGroup * perKeyGroup + index];
+        return ofRank(keyGroup * perKeyGroup + index);
+    }
+
+    /** The key of rank {@code keyGroup * keysPerKeyGroup() + index} over all key groups' keys. */
+    int ofRank(int rank) {
+        return keys[rank];
     }
 }

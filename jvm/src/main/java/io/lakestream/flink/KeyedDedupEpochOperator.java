@@ -77,8 +77,11 @@ public class KeyedDedupEpochOperator extends CheckpointEpochOperator<Row>
     public static final OutputTag<Row> GOLD_EVENTS =
             new OutputTag<>("lakestream-gold-events", goldEventsType());
 
-    /** Bits of a key's rank over all key groups' keys ({@link KeyGroupKeys#TOTAL_KEYS} of them). */
-    private static final int SLOT_BITS = Integer.numberOfTrailingZeros(KeyGroupKeys.TOTAL_KEYS);
+    /**
+     * Where a {@link #lookupOrder} entry keeps the state key's rank over all key groups' keys
+     * ({@link KeyGroupKeys#ofRank}): its top bits, enough for {@link KeyGroupKeys#TOTAL_KEYS} ranks.
+     */
+    private static final int RANK_SHIFT = 63 - Integer.numberOfTrailingZeros(KeyGroupKeys.TOTAL_KEYS);
 
     private final long ttlMillis;
     private final int maxEvents;
@@ -241,14 +244,13 @@ public class KeyedDedupEpochOperator extends CheckpointEpochOperator<Row>
                                 + maxParallelism + "): all buckets of a part belong to its subtask");
             }
         }
-        int perKeyGroup = keys.keysPerKeyGroup();
-        long[] order = lookupOrder(buckets, idHi, idLo, perKeyGroup);
+        long[] order = lookupOrder(buckets, idHi, idLo, keys.keysPerKeyGroup());
         int positionMask = (1 << positionBits(n)) - 1;
         boolean[] fresh = new boolean[n];
         int freshCount = 0;
         for (long entry : order) {
             int k = (int) (entry & positionMask);
-            setCurrentKey(keys.key(buckets[k], spread(idHi[k], idLo[k], perKeyGroup)));
+            setCurrentKey(keys.ofRank((int) (entry >>> RANK_SHIFT)));
             Tuple2<Long, Long> id = Tuple2.of(idHi[k], idLo[k]);
             if (!seen.contains(id)) {
                 seen.put(id, Boolean.TRUE);
@@ -330,8 +332,9 @@ public class KeyedDedupEpochOperator extends CheckpointEpochOperator<Row>
 
     /**
      * The order a part's ids are looked up in: ascending by where RocksDB keeps them (key group, key
-     * within it, then the id's high half as unsigned), each entry a sort key with the event's position
-     * in its low {@link #positionBits} bits. Lookups that walk the memtable's skip list in key order
+     * within it, then the id's high half as unsigned), each entry a sort key with the state key's rank
+     * in its top bits ({@link #RANK_SHIFT}) and the event's position in its low {@link #positionBits}
+     * bits. Lookups that walk the memtable's skip list in key order
      * find most of their path in the CPU caches, and the write after a miss starts from the previous
      * one (RocksDB's sequential-insert splice); in arrival order every lookup misses the caches from
      * the top of the list down. Copies of one id sort by position, so the earliest stays the fresh one:
@@ -340,11 +343,11 @@ public class KeyedDedupEpochOperator extends CheckpointEpochOperator<Row>
     static long[] lookupOrder(int[] buckets, long[] idHi, long[] idLo, int keysPerKeyGroup) {
         int n = buckets.length;
         int positionBits = positionBits(n);
-        int hiBits = 63 - SLOT_BITS - positionBits;
+        int hiBits = RANK_SHIFT - positionBits;
         long[] order = new long[n];
         for (int k = 0; k < n; k++) {
-            long slot = (long) buckets[k] * keysPerKeyGroup + spread(idHi[k], idLo[k], keysPerKeyGroup);
-            order[k] = slot << (63 - SLOT_BITS) | (idHi[k] >>> (64 - hiBits)) << positionBits | k;
+            long rank = (long) buckets[k] * keysPerKeyGroup + spread(idHi[k], idLo[k], keysPerKeyGroup);
+            order[k] = rank << RANK_SHIFT | (idHi[k] >>> (64 - hiBits)) << positionBits | k;
         }
         Arrays.sort(order);
         return order;
