@@ -22,7 +22,7 @@ JAVA_SOURCES := $(shell find jvm/src -name '*.java' 2>/dev/null)
 .PHONY: demo test unit lint typecheck bootstrap venv jvm jvm-test tools browser bench bench-silver profile clean
 
 demo: bootstrap
-	$(VPY) -m flink_jobs demo
+	$(VPY) -m cli demo
 
 test: bootstrap browser lint typecheck jvm-test
 	$(VPY) -m pytest -q --durations=25 -n $(PYTEST_WORKERS) --dist loadfile tests
@@ -34,7 +34,7 @@ lint: venv
 	$(VPY) -m ruff check .
 
 typecheck: venv
-	$(VPY) -m mypy --strict lakestream sinks sources udfs maintenance flink_jobs devtools benchmarks
+	$(VPY) -m mypy --strict lakestream runtime storage sinks sources maintenance merge_on_read udfs batch serving flink_jobs cli demo devtools benchmarks
 
 bootstrap: tools venv jvm
 
@@ -94,5 +94,5 @@ profile: bootstrap
 	$(VPY) -m benchmarks.profile $(PROFILE_ARGS)
 
 clean:
-	-$(VPY) -m flink_jobs kafka stop
+	-$(VPY) -m cli kafka stop
 	rm -rf .lakestream lakehouse jvm/target

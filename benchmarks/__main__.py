@@ -709,7 +709,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kafka at {bootstrap}; producing ~{a.events} events ...", flush=True)
         wl, _events = prepare(bootstrap, cfg, a.events)
         results["workload"] = dataclasses.asdict(wl)
-        from flink_jobs.kafka_input import snapshot_end_offsets
+        from sources.flink.kafka_input import snapshot_end_offsets
 
         # Events per Kafka partition (fresh topics: end offset = count), for the parallelism projection.
         ends = snapshot_end_offsets(bootstrap, sorted(wl.per_topic))

@@ -23,8 +23,8 @@ T_PROCESS = time.monotonic()
 def _patch(settings_extra: dict[str, str], *, pythonpath_fix: bool, batch_rows: int | None) -> None:
     import dataclasses
 
-    import lakestream.flink_runtime as fr
-    import udfs.delta_sink as ds
+    import runtime.flink_env as fr
+    import sinks.flink.delta_sink as ds
 
     original = fr.flink_settings
 
@@ -61,8 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
 
     from flink_jobs.ingest import build_ingest_job
-    from flink_jobs.kafka_input import snapshot_end_offsets
     from lakestream.config import load_config
+    from sources.flink.kafka_input import snapshot_end_offsets
 
     extra = dict(kv.split("=", 1) for kv in a.set)
     _patch(extra, pythonpath_fix=a.pythonpath_fix, batch_rows=a.batch_rows)
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     end_offsets = None if a.unbounded else snapshot_end_offsets(a.bootstrap, topics)
 
     t0 = time.monotonic()
-    from lakestream.flink_runtime import launch_gateway
+    from runtime.flink_env import launch_gateway
 
     launch_gateway(cfg.flink.jvm_options, archive_kind="ingest" if cfg.flink.class_archive else None)
     jvm_start = time.monotonic() - t0

@@ -56,7 +56,7 @@ def is_beam_worker(cmdline: list[str]) -> bool:
 def one_worker_per_operator(python_workers: str, sets: Iterable[str]) -> bool:
     """Whether a run's Python operators each get their own worker: ``flink.python_workers``, unless a
     ``--set`` of Flink's own option (``flink_runtime.PYTHON_WORKER_PER_SLOT``) says otherwise."""
-    from lakestream.flink_runtime import PYTHON_WORKER_PER_SLOT
+    from runtime.flink_env import PYTHON_WORKER_PER_SLOT
 
     per_operator = python_workers == "operator"
     for entry in sets:

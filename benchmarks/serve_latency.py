@@ -119,7 +119,7 @@ def _pct(xs: list[float], q: float) -> float:
 
 def _server(root: Path, log: Path) -> tuple[subprocess.Popen[str], int]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "flink_jobs", "serve", "--lakehouse", str(root), "--port", "0", "--quiet"],
+        [sys.executable, "-m", "cli", "serve", "--lakehouse", str(root), "--port", "0", "--quiet"],
         cwd=paths.PROJECT_ROOT,
         stdout=subprocess.PIPE,
         stderr=log.open("w"),

@@ -459,7 +459,7 @@ class Folder:
         self._thread.join()
 
     def fold(self) -> FoldRecord:
-        from maintenance.fold_changes import fold_once
+        from merge_on_read.fold_changes import fold_once
 
         start = _now()
         r = fold_once(self.table, retention=self.retention)
@@ -467,7 +467,7 @@ class Folder:
         return rec
 
     def _run(self) -> None:
-        from maintenance.fold_changes import pending_changes
+        from merge_on_read.fold_changes import pending_changes
 
         last = _now()
         try:
@@ -558,9 +558,9 @@ def check_rows(current: pa.Table, sample: Arr, expected: dict[int, int]) -> dict
 
 def run_mor(root: Path, n: int, s: Settings, checkpoints: int) -> dict[str, Any]:
     """The merge-on-read layout at size ``n``."""
-    from maintenance.fold_changes import pending_changes
+    from merge_on_read.fold_changes import pending_changes
+    from merge_on_read.table import MergeOnReadTable, read_current
     from sinks.writer import TwoPhaseDeltaWriter
-    from sources.merge_on_read import MergeOnReadTable, read_current
 
     table = MergeOnReadTable(
         snapshot_uri=str(root / "mor_snapshot"),
@@ -608,7 +608,7 @@ def run_mor(root: Path, n: int, s: Settings, checkpoints: int) -> dict[str, Any]
     current = read_current(table, keys=order_ids(sample).to_pylist())
     snap = DeltaTable(table.snapshot_uri)
     snap_rows = snap.to_pyarrow_dataset().count_rows()
-    from sources.merge_on_read import scan
+    from merge_on_read.table import scan
 
     snapshot_sample = scan(snap, table.schema, keys=("order_id", order_ids(sample).to_pylist()))
     same = (

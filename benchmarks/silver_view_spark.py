@@ -31,9 +31,9 @@ from lakestream.silver import (
     SILVER_MOR_SCHEMA,
     SILVER_SCHEMA,
 )
-from maintenance.fold_changes import fold_once
+from merge_on_read.fold_changes import fold_once
+from merge_on_read.table import MergeOnReadTable, read_current, view_sql
 from sinks.writer import TwoPhaseDeltaWriter
-from sources.merge_on_read import MergeOnReadTable, read_current, view_sql
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
 

@@ -140,7 +140,7 @@ def measure_flink(
     topic = f"lag{suffix}.changes"
     create_topic(bootstrap, topic, partitions=1)
     cmd = [
-        sys.executable, "-m", "flink_jobs", "changefeed", "--table", "lag/src", "--to", f"kafka:{topic}",
+        sys.executable, "-m", "cli", "changefeed", "--table", "lag/src", "--to", f"kafka:{topic}",
         "--at-least-once", "--poll-interval", poll_interval, "--fresh",
         "--lakehouse", str(lakehouse), "--bootstrap-servers", bootstrap,
     ]  # fmt: skip

@@ -23,7 +23,7 @@ from typing import Any
 
 from devtools import processes
 from lakestream.config import FlinkConfig
-from lakestream.flink_runtime import FlinkRuntimeError, flink_home, require_java
+from runtime.flink_env import FlinkRuntimeError, flink_home, require_java
 
 
 @dataclass

@@ -23,8 +23,8 @@ from types import TracebackType
 from typing import Any
 
 from devtools import processes
-from lakestream.flink_runtime import JavaNotFoundError, require_java
 from lakestream.paths import KAFKA_LIB_DIR, STATE_DIR, MissingBuildError
+from runtime.flink_env import JavaNotFoundError, require_java
 
 __all__ = [
     "BrokerAlreadyRunningError",

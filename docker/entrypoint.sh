@@ -15,6 +15,6 @@ fi
 case "${1:-demo}" in
   jobmanager) exec "$FLINK_HOME/bin/jobmanager.sh" start-foreground ;;
   taskmanager) exec "$FLINK_HOME/bin/taskmanager.sh" start-foreground ;;
-  demo) exec python -m flink_jobs demo ;;
+  demo) exec python -m cli demo ;;
   *) exec "$@" ;;
 esac

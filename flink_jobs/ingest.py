@@ -44,36 +44,34 @@ section 3; ``--bounded`` and resuming: section 4; the speed layer: section 11.6.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flink_jobs.cli_common import KafkaJob, SubParsers, add_command, load, run_kafka_job
 from lakestream.config import Config, ConfigError
+from lakestream.table_names import (
+    BRONZE_TABLE,
+    LATE_TABLE,
+    QUARANTINE_TABLE,
+    REVIEW_TABLE,
+    SILVER_CHANGES_TABLE,
+    SILVER_TABLE,
+)
+from merge_on_read.table import silver_mor_table
 
 if TYPE_CHECKING:  # pragma: no cover
-    from flink_jobs.kafka_input import EndOffsets
+    from sources.flink.kafka_input import EndOffsets
 
 JOB_NAME = "lakestream-ingest"
 
-BRONZE_TABLE = "bronze/order_events"
-QUARANTINE_TABLE = "quarantine/order_events"
-REVIEW_TABLE = "review/order_events"
-LATE_TABLE = "late/order_events"
-SILVER_TABLE = "silver/orders"
-#: The changes table of the merge-on-read silver layout (``tables.silver_layout``, DESIGN.md section 13).
-SILVER_CHANGES_TABLE = "silver/orders_changes"
-TABLES = (BRONZE_TABLE, QUARANTINE_TABLE, REVIEW_TABLE, LATE_TABLE, SILVER_TABLE)
-
 
 def table_specs(cfg: Config, job_name: str = JOB_NAME) -> dict[str, Any]:
-    """The tables' sinks (``udfs.delta_sink.DeltaSinkSpec``) by table name: the five of ``TABLES``, and
+    """The tables' sinks (``sinks.flink.delta_sink.DeltaSinkSpec``) by table name: the five of ``TABLES``, and
     ``gold.table`` when ``gold.enabled``; ``job_name`` prefixes their app ids. The CLI needs them too:
     to tell whether a run ended and to settle one."""
     from lakestream.silver import SILVER_MERGE, SILVER_SCHEMA
     from lakestream.standard import BRONZE_SCHEMA, LATE_SCHEMA, QUARANTINE_SCHEMA
-    from udfs.delta_sink import DeltaSinkSpec
+    from sinks.flink.delta_sink import DeltaSinkSpec
 
     def spec(table: str, schema: Any, **options: Any) -> Any:
         partition_by = cfg.tables.partition_by(table)
@@ -100,7 +98,7 @@ def table_specs(cfg: Config, job_name: str = JOB_NAME) -> dict[str, Any]:
     gold = {cfg.gold.table: gold_spec(cfg, job_name)} if cfg.gold.enabled else {}
     if cfg.tables.silver_layout == "merge_on_read":
         from lakestream.silver import CHANGE_SEQ, LAST_EVENT_TIME
-        from maintenance.fold_schedule import FoldSchedule, FoldTask
+        from merge_on_read.fold_schedule import FoldSchedule, FoldTask
 
         silver = DeltaSinkSpec(
             table_uri=cfg.lakehouse.table_uri(SILVER_CHANGES_TABLE),
@@ -139,23 +137,6 @@ def table_specs(cfg: Config, job_name: str = JOB_NAME) -> dict[str, Any]:
     }
 
 
-def silver_mor_table(cfg: Config) -> Any:
-    """The merge-on-read silver (``sources.merge_on_read.MergeOnReadTable``): ``silver/orders`` as its
-    snapshot, ``silver/orders_changes`` as its changes (``tables.silver_layout = "merge_on_read"``)."""
-    from lakestream.silver import CHANGE_SEQ, LAST_EVENT_TIME, SILVER_MOR_MERGE, SILVER_MOR_SCHEMA
-    from sources.merge_on_read import MergeOnReadTable
-
-    return MergeOnReadTable(
-        snapshot_uri=cfg.lakehouse.table_uri(SILVER_TABLE),
-        changes_uri=cfg.lakehouse.table_uri(SILVER_CHANGES_TABLE),
-        schema=SILVER_MOR_SCHEMA,
-        spec=SILVER_MOR_MERGE,
-        seq=CHANGE_SEQ,
-        event_time=LAST_EVENT_TIME,
-        target_file_size=cfg.tables.merge_target_file_size_mb * 1024 * 1024,
-    )
-
-
 def build_ingest_job(
     cfg: Config,
     *,
@@ -179,13 +160,13 @@ def build_ingest_job(
     """
     from datetime import datetime, timezone
 
-    from flink_jobs.kafka_input import kafka_records, parse_split
     from lakestream.adapters import AdapterSettings
-    from lakestream.flink_runtime import build_env
     from lakestream.progress import watermark_key
     from lakestream.quality import QualityRules
-    from udfs.checkpoint_markers import kafka_batches_with_markers
-    from udfs.global_commit import COMMITTABLE_TYPE, commit_globally
+    from runtime.checkpoint_markers import kafka_batches_with_markers
+    from runtime.flink_env import build_env
+    from sinks.flink.global_commit import COMMITTABLE_TYPE, commit_globally
+    from sources.flink.kafka_input import kafka_records, parse_split
     from udfs.ingest_gate import dedup_by_key, event_time_gate
     from udfs.ingest_resolve import LATE, SILVER, ResolveBatches
     from udfs.ingest_standardise import BATCH_TYPE, BRONZE, QUARANTINE, REVIEW, StandardiseFunction
@@ -307,17 +288,6 @@ def build_ingest_job(
     return env
 
 
-def register(subparsers: SubParsers) -> argparse.ArgumentParser:
-    """Register ``lakestream ingest`` on the CLI's sub-command parsers."""
-    return add_command(
-        subparsers,
-        "ingest",
-        func=cmd_ingest,
-        flags=("lakehouse", "bootstrap_servers", "bounded", "fresh"),
-        help="Kafka sources -> bronze, quarantine, review, late and silver Delta tables",
-    )
-
-
 def check_silver_layout(cfg: Config, job_name: str = JOB_NAME) -> None:
     """Refuse a start whose ``tables.silver_layout`` would strand the other layout's work.
 
@@ -329,7 +299,7 @@ def check_silver_layout(cfg: Config, job_name: str = JOB_NAME) -> None:
 
     from lakestream.silver import CHANGE_SEQ
     from maintenance.facts import manifests
-    from sources.delta_log import is_local_uri, local_path
+    from storage.delta_log import is_local_uri, local_path
 
     mor = cfg.tables.silver_layout == "merge_on_read"
     other = SILVER_TABLE if mor else SILVER_CHANGES_TABLE
@@ -354,28 +324,3 @@ def check_silver_layout(cfg: Config, job_name: str = JOB_NAME) -> None:
                 f"(it has {CHANGE_SEQ}); switching back is not supported. Fix: keep silver_layout = "
                 f'"merge_on_read", or rebuild {SILVER_TABLE} from bronze with a fresh lakehouse.'
             )
-
-
-def cmd_ingest(args: argparse.Namespace) -> int:
-    """Run the ingest job (MiniCluster, or the cluster under ``flink run``); bounded runs list the tables.
-
-    Every run continues where the previous one ended (DESIGN.md section 9): bronze's commits record
-    each partition's next offset and newest VALID event time.
-    """
-    cfg = load(args)
-    check_silver_layout(cfg)
-    specs = table_specs(cfg)
-    bronze = specs[BRONZE_TABLE]
-    job = KafkaJob(
-        name="ingest",
-        topics=sorted(set(cfg.kafka.topics.values())),
-        group_id=cfg.kafka.group_id,
-        progress_table=(bronze.table_uri, bronze.app_prefix),
-        tables=list(specs.values()),
-        starting_offsets=cfg.kafka.starting_offsets,
-        build=build_ingest_job,
-        job_name=JOB_NAME + (" (bounded)" if args.bounded else ""),
-        watermarks=True,
-        starting_setting="kafka.starting_offsets",
-    )
-    return run_kafka_job(cfg, args, job)

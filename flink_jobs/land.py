@@ -7,19 +7,16 @@ record with its Kafka coordinates, so anything downstream can be recomputed from
 
 from __future__ import annotations
 
-import argparse
-import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
-from flink_jobs.cli_common import KafkaJob, SubParsers, add_command, load, run_kafka_job
-from flink_jobs.kafka_input import EndOffsets, StartingOffsets, kafka_records
 from lakestream.config import Config
-from lakestream.flink_runtime import build_env
-from udfs.delta_sink import DeltaSinkSpec, sink_to_delta
+from runtime.flink_env import build_env
+from sinks.flink.delta_sink import DeltaSinkSpec, sink_to_delta
+from sources.flink.kafka_input import EndOffsets, StartingOffsets, kafka_records
 
 LANDING_SCHEMA = pa.schema(
     [
@@ -96,43 +93,3 @@ def build_landing_job(
     spec = landing_spec(cfg, table, job_name)
     sink_to_delta(rows, spec, name=f"delta {table}", uid=f"land-delta-{table.replace('/', '-')}")
     return env
-
-
-def register(subparsers: SubParsers) -> argparse.ArgumentParser:
-    """Register ``lakestream land`` on the CLI's sub-command parsers."""
-    p = add_command(
-        subparsers,
-        "land",
-        func=cmd_land,
-        flags=("lakehouse", "bootstrap_servers", "bounded", "fresh", "job_name"),
-        help="land raw Kafka records into a Delta table, exactly once",
-    )
-    p.add_argument("--topic", action="append", required=True, help="topic to read (repeatable)")
-    p.add_argument("--table", required=True, help="table name under the lakehouse root, e.g. raw/orders")
-    p.add_argument(
-        "--starting-offsets",
-        choices=["committed", "earliest", "latest"],
-        default="committed",
-        help="where partitions start that the table has no recorded position for (a first run, "
-        "--fresh); later runs continue where the table's rows end (default: committed)",
-    )
-    return p
-
-
-def cmd_land(args: argparse.Namespace) -> int:
-    """Land raw Kafka records into an append-only Delta table, from where the previous run ended."""
-    cfg = load(args)
-    spec = landing_spec(cfg, args.table)
-    job = KafkaJob(
-        name=f"land/{args.table}",
-        topics=args.topic,
-        group_id=landing_group(cfg),
-        progress_table=(spec.table_uri, spec.app_prefix),
-        tables=[spec],
-        starting_offsets=args.starting_offsets,
-        build=functools.partial(
-            build_landing_job, topics=args.topic, table=args.table, starting_offsets=args.starting_offsets
-        ),
-        job_name=args.job_name or f"lakestream-land {args.table}",
-    )
-    return run_kafka_job(cfg, args, job)

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from lakestream.flink_runtime import latest_checkpoint
+from runtime.flink_env import latest_checkpoint
 from sinks.ownership import EOI_CHECKPOINT_ID
 from sinks.staging import app_id_for, atomic_write_text
 
@@ -321,7 +321,7 @@ def settle(specs: Iterable[Any], lineage: Lineage, checkpoint: Path) -> None:
     (so every slot has its owner): the same run's prepared work up to r is committed (with its
     progress), later and pending work is aborted. Every table then holds exactly the cut r, and the
     tables' recorded position is where the checkpoint's sources stood. ``specs`` are the job's
-    ``udfs.delta_sink.DeltaSinkSpec``; idempotent, so a crash halfway is settled again next time.
+    ``sinks.flink.delta_sink.DeltaSinkSpec``; idempotent, so a crash halfway is settled again next time.
     """
 
     specs = list(specs)

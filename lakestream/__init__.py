@@ -1,6 +1,6 @@
 """lakestream: messy Kafka event streams into exactly-once Delta Lake tables, and back out as streams.
 
-This package holds what every layer shares and what can be tested without Flink: configuration,
-paths, building the Flink environment of a job, and the pure event semantics (standard schema,
-adapters, quality rules, resolution rules). Local services for development live in ``devtools``.
+This package is the model every layer shares, testable without Flink: configuration, the standard
+event and its adapters, quality rules, keys, the merge rule (``merge_spec``), the silver and gold
+definitions, the one time module and the one error root. Everything else builds on it.
 """

@@ -229,7 +229,7 @@ class FlinkConfig:
     #: (``flink_runtime.local_network_memory``).
     network_buffer_size: str = "256k"
     #: Map Flink's classes into the local JVM from a class-data archive, which the first run writes at
-    #: its exit, one per kind of job (``lakestream.class_archive``): building the ingest graph ~2.5 s faster.
+    #: its exit, one per kind of job (``runtime.class_archive``): building the ingest graph ~2.5 s faster.
     class_archive: bool = True
     #: Port (or range) of Flink's Prometheus reporter in the local MiniCluster, scraped at
     #: ``http://127.0.0.1:PORT/metrics``; empty: no reporter. A cluster configures its own (README).

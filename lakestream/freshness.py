@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from lakestream.time_args import iso_utc, parse_time
+from lakestream.time import iso_utc, parse_time
 
 #: Commit metadata key of a commit's freshness.
 FRESHNESS_KEY = "lakestream.freshness"

@@ -26,7 +26,7 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 from lakestream.adapters import orders_db, payments
 from lakestream.config import Config, check_gold_window
 from lakestream.standard import AMOUNT, TIMESTAMP, StandardEvent
-from lakestream.time_args import iso_utc
+from lakestream.time import iso_utc
 
 UTC = timezone.utc
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

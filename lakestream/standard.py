@@ -251,7 +251,7 @@ _EVENT_FIELDS: tuple[pa.Field, ...] = (
 assert tuple(f.name for f in _EVENT_FIELDS) == EVENT_COLUMNS
 
 #: Columns whose values come from a small closed set (kinds, statuses, sources, topics, partitions):
-#: the only columns of lakestream's tables written with a Parquet dictionary (``sinks.parquet_encoding``).
+#: the only columns of lakestream's tables written with a Parquet dictionary (``storage.parquet_encoding``).
 CLOSED_SET_COLUMNS: frozenset[str] = frozenset(
     {"event_type", "status", "logistics_state", "op", "source", "topic", "partition", "quality", "stage"}
 )

@@ -25,7 +25,7 @@ from lakestream.config import Config, MaintenanceConfig
 from maintenance.errors import MaintenanceError
 from maintenance.facts import TableRef, last_checkpoint_version, now_ms, resolve_table, table_folders
 from maintenance.operations import checkpoint, cleanup, open_table, optimize, vacuum
-from sinks.retry_policy import RetryPolicy
+from storage.retry_policy import RetryPolicy
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,8 @@ from maintenance.retention import (
     protected_files,
 )
 from sinks.staging import STAGING_ROOT, Manifest, StagingArea
-from sources.delta_log import DeltaLog, is_local_uri, local_path
-from sources.reader_positions import read_records
+from storage.delta_log import DeltaLog, is_local_uri, local_path
+from storage.reader_positions import read_records
 
 #: Flink's default checkpoint timeout: a checkpoint that completes was started at most this long before.
 CHECKPOINT_TIMEOUT = timedelta(minutes=10)
@@ -55,7 +55,7 @@ def resolve_table(cfg: Config, name: str) -> TableRef:
 
 def table_folders(base: Path) -> list[Path]:
     """Every folder under ``base`` that holds a ``_delta_log``, sorted, except those inside another
-    table's folder (a fold's staging folder, ``maintenance.fold_changes``, while it runs)."""
+    table's folder (a fold's staging folder, ``merge_on_read.fold_changes``, while it runs)."""
     found = sorted(p.parent for p in base.rglob("_delta_log") if p.is_dir())
     tables = set(found)
     return [t for t in found if not any(parent in tables for parent in t.parents)]

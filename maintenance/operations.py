@@ -45,9 +45,9 @@ from maintenance.retention import (
     whole_hours,
 )
 from maintenance.rewrites import check_rewrite, find_commit, rewrite_lock
-from sinks.parquet_encoding import writer_properties
-from sinks.retry_policy import RetryPolicy
-from sources.reader_positions import ReaderRecord, forget, read_records
+from storage.parquet_encoding import writer_properties
+from storage.reader_positions import ReaderRecord, forget, read_records
+from storage.retry_policy import RetryPolicy
 
 log = logging.getLogger(__name__)
 

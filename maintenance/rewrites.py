@@ -22,7 +22,7 @@ from typing import Any
 
 from maintenance.errors import MaintenanceError
 from maintenance.facts import TableRef, now_ms
-from sources.delta_log import DeltaLog
+from storage.delta_log import DeltaLog
 
 LOCK_FILE = Path("_lakestream") / "maintenance.lock"
 

@@ -17,9 +17,9 @@ from sinks.errors import (
     StagedFileMissingError,
 )
 from sinks.global_committer import GlobalCommitter
-from sinks.retry_policy import RetryPolicy
 from sinks.writer import EOI_CHECKPOINT_ID, TwoPhaseDeltaWriter
 from sinks.writer_metrics import CommitResult, WriterMetrics
+from storage.retry_policy import RetryPolicy
 
 __all__ = [
     "COUNTERS_KEY",

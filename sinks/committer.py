@@ -37,11 +37,11 @@ from lakestream.freshness import FRESHNESS_KEY, latest_freshness, newest
 from lakestream.progress import PROGRESS_KEY, merged, progress_app_id
 from sinks.delta_files import file_stats
 from sinks.errors import CommitConflictError, StagedFileMissingError
-from sinks.parquet_encoding import pyarrow_options, writer_properties
-from sinks.retry_policy import RetryPolicy
 from sinks.staging import Manifest, StagedFile, StagingArea
 from sinks.table_spec import TableSpec
 from sinks.writer_metrics import CommitResult, WriterMetrics
+from storage.parquet_encoding import pyarrow_options, writer_properties
+from storage.retry_policy import RetryPolicy
 
 log = logging.getLogger(__name__)
 

@@ -24,11 +24,11 @@ from sinks.committable import Committable
 from sinks.committer import CommitHooks, DeltaCommitter
 from sinks.errors import CommittableMissingError, MarkerOrderError
 from sinks.ownership import EOI_CHECKPOINT_ID
-from sinks.retry_policy import RetryPolicy
 from sinks.staging import Manifest, StagingArea, app_id_for, local_table_root
 from sinks.table_bootstrap import open_table
 from sinks.table_spec import DEFAULT_TARGET_FILE_SIZE, TableSpec, WriteMode
 from sinks.writer_metrics import CommitResult, WriterMetrics
+from storage.retry_policy import RetryPolicy
 
 log = logging.getLogger(__name__)
 

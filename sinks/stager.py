@@ -23,7 +23,6 @@ import pyarrow.parquet as pq
 from lakestream.progress import checked_progress
 from sinks.delta_files import file_stats, partition_dir, partition_value
 from sinks.errors import BatchSchemaError, KeyNullError
-from sinks.parquet_encoding import pyarrow_options
 from sinks.staging import (
     Manifest,
     ManifestKind,
@@ -35,6 +34,7 @@ from sinks.staging import (
 )
 from sinks.table_spec import TableSpec
 from sinks.writer_metrics import WriterMetrics
+from storage.parquet_encoding import pyarrow_options
 
 #: File name suffix of staged MERGE sources (Arrow IPC file format).
 MERGE_SOURCE_SUFFIX = ".arrow"

@@ -1,6 +1,6 @@
 """Exactly-once two-phase-commit writer for one Delta table, driven by Flink checkpoint markers.
 
-``TwoPhaseDeltaWriter`` is what one sink subtask (``udfs/delta_sink.py``) calls on each marker: OPEN,
+``TwoPhaseDeltaWriter`` is what one sink subtask (``sinks/flink/delta_sink.py``) calls on each marker: OPEN,
 data, PRECOMMIT(n), COMMIT(n), END_OF_INPUT. It only sequences the parts, along Flink's Sink V2 seams:
 ``sinks.stager`` (the writer side: buffer, then a manifest per checkpoint), ``sinks.committer`` (those
 committables into one Delta commit), ``sinks.ownership`` (what OPEN does with staged leftovers) and
@@ -23,12 +23,12 @@ from sinks.committable import COMMIT_MODES, CommitMode, Committable
 from sinks.committer import CommitHooks, DeltaCommitter
 from sinks.errors import MarkerOrderError
 from sinks.ownership import EOI_CHECKPOINT_ID, Ownership, plan_open, sweep_leftovers
-from sinks.retry_policy import RetryPolicy
 from sinks.stager import Stager
 from sinks.staging import Manifest, StagingArea, app_id_for, local_table_root
 from sinks.table_bootstrap import ensure_merge_file_size, open_table
 from sinks.table_spec import DEFAULT_TARGET_FILE_SIZE, TableSpec, WriteMode
 from sinks.writer_metrics import CommitResult, WriterMetrics
+from storage.retry_policy import RetryPolicy
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from sources.delta_log import Commit, DeltaLog, FileAction, SnapshotFile, TableMetadata
 from sources.errors import (
     ChangeDataFeedNotEnabledError,
     DataChangeError,
@@ -28,6 +27,7 @@ from sources.errors import (
 from sources.offsets import SourceOffset
 from sources.options import DeltaSourceOptions
 from sources.schema_compat import check_version_schema
+from storage.delta_log import Commit, DeltaLog, FileAction, SnapshotFile, TableMetadata
 
 
 @dataclass(frozen=True, slots=True)

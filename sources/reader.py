@@ -15,10 +15,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from sources.delta_log import DeltaLog, normalize_schema, normalize_type
 from sources.errors import DataLossError, UnsupportedTableError
 from sources.options import SourceMode
 from sources.planner import BatchPlan, PlannedCdfVersion, PlannedFile
+from storage.delta_log import DeltaLog, normalize_schema, normalize_type
 
 CHANGE_TYPE = "_change_type"
 COMMIT_VERSION = "_commit_version"

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from sources.delta_log import normalize_type
 from sources.errors import SchemaChangeError
 from sources.options import SchemaChanges
+from storage.delta_log import normalize_type
 
 
 @dataclass(frozen=True, slots=True)

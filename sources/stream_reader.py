@@ -1,7 +1,7 @@
 """The Delta stream without Flink: offset in, (rows, next offset, report) out, one poll at a time.
 
 Everything that decides what is emitted lives here and in the planner, so it is tested without a
-cluster, restarts included (re-polling from a saved offset); ``sources.flink_source`` is a thin shell
+cluster, restarts included (re-polling from a saved offset); ``sources.flink.delta_source`` is a thin shell
 that keeps the offset (DESIGN.md section 6).
 """
 
@@ -13,12 +13,12 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from sources.delta_log import DeltaLog
 from sources.offsets import SourceOffset
 from sources.options import DeltaSourceOptions
 from sources.planner import Backlog, BatchPlan, BatchPlanner
-from sources.progress import TriggerProgress, trigger_progress
 from sources.reader import PlanReader, output_schema
+from sources.trigger_progress import TriggerProgress, trigger_progress
+from storage.delta_log import DeltaLog
 
 
 def resolve_read_schema(table_uri: str, *, storage_options: Mapping[str, str] | None = None) -> pa.Schema:

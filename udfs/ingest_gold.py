@@ -28,11 +28,11 @@ from pyflink.datastream import ProcessFunction, RuntimeContext
 
 from lakestream.gold import GOLD_SCHEMA, LAYER_REALTIME, METRICS_SCHEMA, GoldSettings, kind_array
 from lakestream.merge_spec import MergeSpec
-from udfs.checkpoint_markers import DATA, KIND_FIELD, OPEN, PAYLOAD_FIELD, Marker
-from udfs.delta_sink import DeltaSinkSpec, TableWriters
-from udfs.global_commit import SecondSink
+from runtime.checkpoint_markers import DATA, KIND_FIELD, OPEN, PAYLOAD_FIELD, Marker
+from runtime.worker.bundles import skip_sampler_waits
+from sinks.flink.delta_sink import DeltaSinkSpec, TableWriters
+from sinks.flink.global_commit import SecondSink
 from udfs.ingest_rows import string_list
-from udfs.worker_bundles import skip_sampler_waits
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyflink.datastream import DataStream

@@ -8,7 +8,7 @@ newer values); first sightings become the partial rows of ``lakestream.silver.si
 silver writer folds per checkpoint and MERGEs with ``SILVER_MERGE`` (DESIGN.md section 2), or in the
 merge-on-read layout appends to silver's changes table (section 13).
 
-The output is the committables (``udfs.global_commit.COMMITTABLE_TYPE``) of the tables in global commit
+The output is the committables (``sinks.flink.global_commit.COMMITTABLE_TYPE``) of the tables in global commit
 mode (silver), for one ``GlobalCommitterFunction``. Each checkpoint's counts of late events, duplicates
 and silver changes go with silver's staged work into its Delta commit (``lakestream.counters``): summed
 over the table history they count every event exactly once, across restores.
@@ -24,12 +24,12 @@ import pyarrow as pa
 from pyflink.datastream import ProcessFunction, RuntimeContext
 
 from lakestream.silver import silver_source
-from udfs.checkpoint_markers import DATA, END_OF_INPUT, PRECOMMIT, Marker
-from udfs.delta_sink import DeltaSinkSpec, TableWriters
-from udfs.global_commit import committable_row
+from runtime.checkpoint_markers import DATA, END_OF_INPUT, PRECOMMIT, Marker
+from runtime.worker.bundles import skip_sampler_waits
+from runtime.worker.collector import tune_for_batches
+from sinks.flink.delta_sink import DeltaSinkSpec, TableWriters
+from sinks.flink.global_commit import committable_row
 from udfs.ingest_rows import NOT_LATE, ResolveBatch, from_epoch_millis, unpack_events
-from udfs.worker_bundles import skip_sampler_waits
-from udfs.worker_gc import tune_for_batches
 
 #: Names of the tables this operator writes, as keys of its ``tables`` argument.
 LATE, SILVER = "late", "silver"

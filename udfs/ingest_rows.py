@@ -1,7 +1,7 @@
 """Value tuples of the ingest job's tables, built straight from the pure semantic types.
 
-Bronze tuples in schema column order (``udfs.delta_sink``) become one Arrow batch per Kafka batch, whose
-VALID rows go on as Arrow IPC (``pack_events``), so late and silver source rows are derived column-wise.
+Bronze tuples in schema column order (``sinks.flink.delta_sink``) become one Arrow batch per Kafka batch,
+whose VALID rows go on as Arrow IPC (``pack_events``), so late and silver source rows are derived column-wise.
 Free of Flink imports, so it is plain to test.
 """
 

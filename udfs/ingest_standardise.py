@@ -22,8 +22,10 @@ from lakestream.keys import split_by_subtask
 from lakestream.progress import kafka_key, watermark_key
 from lakestream.quality import QualityRules, classify
 from lakestream.standard import EVENT_COLUMNS, Rejected
-from udfs.checkpoint_markers import DATA, Marker
-from udfs.delta_sink import DeltaSinkSpec, TableWriters, rows_to_batch
+from runtime.checkpoint_markers import DATA, Marker
+from runtime.worker.bundles import skip_sampler_waits
+from runtime.worker.collector import tune_for_batches
+from sinks.flink.delta_sink import DeltaSinkSpec, TableWriters, rows_to_batch
 from udfs.ingest_gold import GOLD_COLUMN_TYPES, gold_columns
 from udfs.ingest_rows import (
     HEADER,
@@ -36,8 +38,6 @@ from udfs.ingest_rows import (
     quarantine_row,
     string_list,
 )
-from udfs.worker_bundles import skip_sampler_waits
-from udfs.worker_gc import tune_for_batches
 
 UTC = timezone.utc
 _QUALITY = EVENT_COLUMNS.index("quality")

@@ -48,7 +48,7 @@ def _start(cluster: StandaloneCluster, tmp_path: Path, mark: str, *args: str) ->
         MARK: mark,
     }
     return subprocess.Popen(
-        [sys.executable, "-m", "flink_jobs", "demo", "--lakehouse", str(tmp_path / "lake"), *args],
+        [sys.executable, "-m", "cli", "demo", "--lakehouse", str(tmp_path / "lake"), *args],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,

@@ -30,7 +30,7 @@ import yaml
 from deltalake import DeltaTable
 
 from devtools import processes
-from lakestream.flink_runtime import flink_home
+from runtime.flink_env import flink_home
 from tests.support.prometheus import Scraper
 
 pytestmark = pytest.mark.cluster

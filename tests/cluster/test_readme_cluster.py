@@ -29,7 +29,7 @@ from kafka import KafkaProducer
 
 from devtools import processes
 from devtools.kafka_broker import create_topic
-from lakestream.flink_runtime import flink_home
+from runtime.flink_env import flink_home
 
 pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parents[2]
@@ -222,7 +222,7 @@ def test_the_demos_cluster_submission_fails_in_seconds_before_any_work(
     }
     started = time.monotonic()
     run = subprocess.run(
-        [sys.executable, "-m", "flink_jobs", "demo"],
+        [sys.executable, "-m", "cli", "demo"],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def run(args: list[str], env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
     full = {**os.environ, "LAKESTREAM_STATE_DIR": str(tmp_path / "state"), **env}
     return subprocess.run(
-        [sys.executable, "-m", "flink_jobs", *args],
+        [sys.executable, "-m", "cli", *args],
         cwd=ROOT,
         env=full,
         capture_output=True,

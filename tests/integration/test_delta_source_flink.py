@@ -130,12 +130,12 @@ FAILING_JOB = textwrap.dedent(
     import os, sys, time
     from datetime import timedelta
     from lakestream.config import FlinkConfig
-    from lakestream.flink_runtime import build_env
-    from sources.flink_source import delta_source
+    from runtime.flink_env import build_env
+    from sources.flink.delta_source import delta_source
     from sources.options import DeltaSourceOptions
     from sources.reader import output_schema
     from sources.stream_reader import resolve_read_schema
-    from udfs.delta_sink import DeltaSinkSpec, sink_to_delta
+    from sinks.flink.delta_sink import DeltaSinkSpec, sink_to_delta
 
     src, out, marker, fail_after, ckpt = sys.argv[1:6]
 
@@ -230,7 +230,7 @@ def test_killed_changefeed_restarted_from_its_checkpoint_is_exact(tmp_path: Path
     base += ["--max-files-per-trigger", "1", "--poll-interval", "300ms"]
     log = tmp_path / "run1.log"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "flink_jobs", "changefeed", *base],
+        [sys.executable, "-m", "cli", "changefeed", *base],
         cwd=ROOT,
         env={**os.environ, **env},
         stdout=log.open("wb"),
@@ -257,7 +257,7 @@ def test_killed_changefeed_restarted_from_its_checkpoint_is_exact(tmp_path: Path
         [
             sys.executable,
             "-m",
-            "flink_jobs",
+            "cli",
             "changefeed",
             *base,
             "--polls",
@@ -293,7 +293,7 @@ def test_changefeed_to_kafka_exactly_once(tmp_path: Path, lakehouse: Path, kafka
         [
             sys.executable,
             "-m",
-            "flink_jobs",
+            "cli",
             "changefeed",
             "--table",
             "silver/orders",
@@ -343,7 +343,7 @@ def test_vacuumed_gap_stops_the_job_with_a_clear_error_or_is_skipped_on_request(
     base = [
         sys.executable,
         "-m",
-        "flink_jobs",
+        "cli",
         "changefeed",
         "--table",
         "silver/orders",

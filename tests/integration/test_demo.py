@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
+from demo.event_feed import plan
 from devtools.processes import kill_group, pids_with_env
 from devtools.sample_events import SampleSettings, generate
-from flink_jobs.demo_feed import plan
 from lakestream.config import load_config
 from tests.support.silver_oracle import FIELDS as RESOLVED
 from tests.support.silver_oracle import expected_silver
@@ -44,7 +44,7 @@ def _env(tmp_path: Path, mark: str) -> dict[str, str]:
 
 def _start(tmp_path: Path, mark: str, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "flink_jobs", "demo", "--lakehouse", str(tmp_path / "lake"), *args],
+        [sys.executable, "-m", "cli", "demo", "--lakehouse", str(tmp_path / "lake"), *args],
         cwd=ROOT,
         env=_env(tmp_path, mark),
         stdout=subprocess.PIPE,
@@ -256,7 +256,7 @@ def test_a_failing_job_ends_the_demo_with_its_cause_and_no_process_left(tmp_path
         [
             sys.executable,
             "-m",
-            "flink_jobs",
+            "cli",
             "demo",
             "--lakehouse",
             str(tmp_path / "lake"),

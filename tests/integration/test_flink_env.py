@@ -15,7 +15,7 @@ PROBE = textwrap.dedent(
     """
     import json, os, sys
     from lakestream.config import FlinkConfig
-    from lakestream.flink_runtime import build_env
+    from runtime.flink_env import build_env
 
     options = tuple(json.loads(sys.argv[1]))
     env = build_env(FlinkConfig(jvm_options=options), checkpoint_dir=sys.argv[2])
@@ -76,7 +76,7 @@ def test_the_jvm_gets_two_glibc_arenas_unless_the_caller_sets_them(tmp_path: Pat
 def test_a_jvm_started_before_the_job_is_built_gets_the_arenas_too(tmp_path: Path) -> None:
     out = _run_script(
         tmp_path,
-        "from lakestream.flink_runtime import launch_gateway\n"
+        "from runtime.flink_env import launch_gateway\n"
         "from pyflink.java_gateway import get_gateway\n"
         "launch_gateway([])\n"
         "print(get_gateway().jvm.java.lang.System.getenv('MALLOC_ARENA_MAX'))\n",
@@ -88,7 +88,7 @@ def test_the_jvm_keeps_running_after_writing_more_than_a_pipe_to_its_stderr(tmp_
     # PyFlink puts the JVM's stderr on a pipe: unread, the 65th KiB blocked the writing JVM thread.
     out = _run_script(
         tmp_path,
-        "from lakestream.flink_runtime import launch_gateway\n"
+        "from runtime.flink_env import launch_gateway\n"
         "from pyflink.java_gateway import get_gateway\n"
         "launch_gateway([])\n"
         "err = get_gateway().jvm.java.lang.System.err\n"
@@ -145,7 +145,7 @@ WORKER_PROBE = textwrap.dedent(
     import json, sys
     from pyflink.common import Types
     from lakestream.config import FlinkConfig
-    from lakestream.flink_runtime import build_env
+    from runtime.flink_env import build_env
 
     def probe(_):
         import json, sys
@@ -167,7 +167,7 @@ WORKER_PROBE = textwrap.dedent(
 
 def test_the_local_python_workers_run_without_pandas_unless_asked(tmp_path: Path) -> None:
     """A process-mode worker of the MiniCluster has not loaded pandas and cannot import it
-    (``lakestream/worker_site``); ``LAKESTREAM_WORKER_PANDAS=1`` gives it pandas back."""
+    (``runtime/worker/site``); ``LAKESTREAM_WORKER_PANDAS=1`` gives it pandas back."""
     out = _run_script(tmp_path, WORKER_PROBE, [str(tmp_path / "ckpt")])
     assert json.loads(out.stdout.strip().splitlines()[-1]) == {
         "beam": True,
@@ -188,7 +188,7 @@ ARCHIVE_PROBE = textwrap.dedent(
     """
     import sys
     from lakestream.config import FlinkConfig
-    from lakestream.flink_runtime import build_env
+    from runtime.flink_env import build_env
 
     # The SQL planner's classes too: a table environment over the job's environment.
     env = build_env(FlinkConfig(parallelism=1), checkpoint_dir=sys.argv[1])
@@ -243,7 +243,7 @@ SCRATCH_PROBE = textwrap.dedent(
     from pyflink.datastream.connectors.number_seq import NumberSequenceSource
     from pyflink.java_gateway import get_gateway
     from lakestream.config import FlinkConfig
-    from lakestream.flink_runtime import build_env
+    from runtime.flink_env import build_env
 
     env = build_env(FlinkConfig(parallelism=1), checkpoint_dir=sys.argv[1], state_backend="rocksdb")
     print(get_gateway().jvm.java.lang.System.getProperty("java.io.tmpdir"), flush=True)
@@ -295,7 +295,7 @@ def test_a_local_run_leaves_nothing_in_the_temporary_folder(tmp_path: Path) -> N
 LOCALDIR_PROBE = textwrap.dedent(
     """
     import json, sys
-    import lakestream.flink_runtime as runtime
+    import runtime.flink_env as runtime
     from lakestream.config import FlinkConfig
 
     def localdir(**kwargs):
@@ -328,7 +328,7 @@ WORKERS_PROBE = textwrap.dedent(
     import json, os, sys
     from pyflink.common import Types
     from lakestream.config import FlinkConfig
-    from lakestream.flink_runtime import build_env
+    from runtime.flink_env import build_env
 
     env = build_env(FlinkConfig(parallelism=2, python_workers=sys.argv[2]), checkpoint_dir=sys.argv[1])
     first = env.from_collection(list(range(64)), type_info=Types.INT()).rebalance().map(

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
+from batch.backfill import backfill, read_gold
 from lakestream.adapters import get_adapter
 from lakestream.config import Config, load_config
 from lakestream.gold import (
@@ -38,8 +39,7 @@ from lakestream.gold import (
 )
 from lakestream.standard import StandardEvent, bronze_batch
 from maintenance.errors import ConflictError
-from maintenance.gold_batch import backfill, read_gold
-from sinks.retry_policy import RetryPolicy
+from storage.retry_policy import RetryPolicy
 
 ROOT = Path(__file__).resolve().parents[2]
 UTC = timezone.utc
@@ -152,7 +152,7 @@ def lake(tmp_path: Path) -> tuple[Config, list[dict[str, Any]], int]:
 
 def lakestream(cfg: Config, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "flink_jobs", *args],
+        [sys.executable, "-m", "cli", *args],
         cwd=ROOT,
         env={**os.environ, "LAKESTREAM__LAKEHOUSE__ROOT": cfg.lakehouse.root, **env},
         capture_output=True,

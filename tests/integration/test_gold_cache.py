@@ -9,8 +9,8 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
-from flink_jobs.gold_cache import GoldCache, changed_days, file_days, snapshot
-from flink_jobs.gold_read import row_json, row_json_bytes
+from serving.gold_cache import GoldCache, changed_days, file_days, snapshot
+from serving.gold_read import row_json, row_json_bytes
 from tests.support.gold_tables import WINDOW, at, backfill, row, upsert_realtime
 
 DAY = at("2024-06-01T00:00")

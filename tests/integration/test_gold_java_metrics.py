@@ -73,7 +73,7 @@ def test_the_java_operators_equal_the_reference(tmp_path: Path) -> None:
     from pyflink.java_gateway import get_gateway
 
     from lakestream.config import FlinkConfig
-    from lakestream.flink_runtime import build_env
+    from runtime.flink_env import build_env
     from udfs.ingest_gold import java_metrics
 
     settings = GoldSettings(window=timedelta(minutes=5), allowed_lateness=timedelta(minutes=10))

@@ -32,9 +32,8 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from devtools.processes import kill_group
 from devtools.sample_events import SampleSettings, SourceEvent, generate
-from flink_jobs.ingest import silver_mor_table
 from lakestream.config import load_config
-from sources.merge_on_read import read_current
+from merge_on_read.table import read_current, silver_mor_table
 from tests.support.cli import run_cli
 from tests.support.ingest_job import setup_topics, start_unbounded, wait_for
 from tests.support.silver_oracle import FIELDS as RESOLVED
@@ -324,7 +323,7 @@ def late_expectation(records: list[Record]) -> dict[tuple[str, int, int], int]:
 
 
 def run_ingest(env: dict[str, str], timeout: float = 200) -> subprocess.CompletedProcess[str]:
-    """``python -m flink_jobs ingest --bounded`` in its own process (own JVM), failing with its output."""
+    """``python -m cli ingest --bounded`` in its own process (own JVM), failing with its output."""
     return run_cli("ingest", "--bounded", env=env, timeout=timeout)
 
 

@@ -21,8 +21,8 @@ from deltalake.exceptions import TableNotFoundError
 from kafka import KafkaProducer
 
 from devtools.processes import kill_group
-from lakestream.flink_runtime import latest_checkpoint
 from lakestream.gold import METRIC_NAMES, GoldSettings, aggregate, gold_inputs
+from runtime.flink_env import latest_checkpoint
 from tests.support.ingest_job import ROOT, old_tree, setup_topics, start_unbounded, table_rows, wait_for
 
 pytestmark = pytest.mark.integration

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PROBE = textwrap.dedent(
     """
     import json, sys
-    from lakestream.cluster_slots import graph_slots
+    from runtime.cluster_slots import graph_slots
     from lakestream.config import load_config
     from flink_jobs.changefeed import ChangefeedTarget, build_changefeed_job
     from flink_jobs.ingest import build_ingest_job

@@ -22,7 +22,7 @@ PROBE = textwrap.dedent(
     """
     import json
     from lakestream.config import FlinkConfig
-    from lakestream.flink_runtime import build_env
+    from runtime.flink_env import build_env
     from lakestream.keys import subtask_of
 
     build_env(FlinkConfig(), checkpoint_dir="unused")  # the JVM with the project's jar

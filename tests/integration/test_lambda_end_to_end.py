@@ -47,9 +47,9 @@ def _iso(t: datetime) -> str:
 
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    """``python -m flink_jobs ARGS`` whatever its exit code (reconcile's 1 is an answer here)."""
+    """``python -m cli ARGS`` whatever its exit code (reconcile's 1 is an answer here)."""
     return subprocess.run(
-        [sys.executable, "-m", "flink_jobs", *args],
+        [sys.executable, "-m", "cli", *args],
         cwd=Path(__file__).resolve().parents[2],
         env={**os.environ, **env},
         capture_output=True,

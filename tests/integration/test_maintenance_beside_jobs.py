@@ -23,8 +23,8 @@ from lakestream.config import load_config
 from maintenance import operations
 from maintenance.errors import ConflictError, RefusedError
 from maintenance.facts import resolve_table
-from sinks.retry_policy import RetryPolicy
-from sources.reader_positions import read_records
+from storage.reader_positions import read_records
+from storage.retry_policy import RetryPolicy
 from tests.integration.test_ingest_end_to_end import assert_tables, build_stream, expected_counts, produce
 from tests.support.cli import run_cli
 from tests.support.ingest_job import setup_topics, start_unbounded, table_rows

@@ -139,7 +139,7 @@ def changefeed_env(tmp_path: Path, lakehouse: Path, **extra: str) -> dict[str, s
 
 
 def changefeed(args: list[str], env: dict[str, str], log: Path) -> str:
-    done = run([sys.executable, "-m", "flink_jobs", "changefeed", *args], env=env, log=log, timeout=240)
+    done = run([sys.executable, "-m", "cli", "changefeed", *args], env=env, log=log, timeout=240)
     assert done.returncode == 0, f"changefeed failed:\n{done.output[-6000:]}"
     return done.output
 
@@ -184,7 +184,7 @@ def test_changefeed_polls_to_delta_continue_exactly(tmp_path: Path, lakehouse: P
     # An unbounded run after them, killed once its first new rows are committed, then --polls again.
     log = tmp_path / "run4.log"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "flink_jobs", "changefeed", *feed, "--max-files-per-trigger", "1"],
+        [sys.executable, "-m", "cli", "changefeed", *feed, "--max-files-per-trigger", "1"],
         cwd=ROOT,
         env={**os.environ, **env},
         stdout=log.open("wb"),
@@ -254,7 +254,7 @@ def test_changefeed_polls_to_kafka_continue_exactly(tmp_path: Path, lakehouse: P
     # and replays after its checkpoint; read_committed consumers see every change once.
     log = tmp_path / "run3.log"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "flink_jobs", "changefeed", *feed, "--max-files-per-trigger", "1"],
+        [sys.executable, "-m", "cli", "changefeed", *feed, "--max-files-per-trigger", "1"],
         cwd=ROOT,
         env={**os.environ, **env},
         stdout=log.open("wb"),
@@ -288,11 +288,11 @@ FAILING_KAFKA_FEED = textwrap.dedent(
     import os, sys, time
     from datetime import timedelta
     from lakestream.config import FlinkConfig
-    from lakestream.flink_runtime import build_env
+    from runtime.flink_env import build_env
     from lakestream.progress import Progress
     from flink_jobs.changefeed import app_prefix, kafka_change_sink
     from flink_jobs.positions_topic import default_positions_topic, ensure_positions_topic
-    from sources.flink_source import delta_source
+    from sources.flink.delta_source import delta_source
     from sources.options import DeltaSourceOptions
     from sources.reader import output_schema
     from sources.stream_reader import resolve_read_schema

@@ -65,7 +65,7 @@ def test_a_running_job_serves_lakestream_metrics_on_the_prometheus_port(
         "LAKESTREAM__FLINK__PARALLELISM": "1",
         "LAKESTREAM__FLINK__PROMETHEUS_PORT": str(port),
     }
-    cmd = [sys.executable, "-m", "flink_jobs", "changefeed", "--table", "silver/orders"]
+    cmd = [sys.executable, "-m", "cli", "changefeed", "--table", "silver/orders"]
     cmd += ["--to", "delta:audit/orders", "--from-version", "0", "--max-files-per-trigger", "1"]
     cmd += ["--poll-interval", "400ms", "--polls", "120"]
     log = tmp_path / "job.log"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from flink_jobs.metrics_format import COLUMNS
+from serving.metrics_format import COLUMNS
 from tests.support import gold_scenario
 from tests.support.cli import ROOT, run_cli
 from tests.support.gold_scenario import Scenario
@@ -33,7 +33,7 @@ def _query(s: Scenario, *args: str) -> str:
 
 def _fails(*args: str) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
-        [sys.executable, "-m", "flink_jobs", "query", "metrics", *args],
+        [sys.executable, "-m", "cli", "query", "metrics", *args],
         cwd=ROOT,
         env=dict(os.environ),
         capture_output=True,

@@ -39,7 +39,7 @@ def rows(uri: str) -> int:
 
 def start_job(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "flink_jobs", *args],
+        [sys.executable, "-m", "cli", *args],
         cwd=ROOT,
         env={**os.environ, **env},
         stdout=log.open("ab"),

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from flink_jobs.serve import make_server
 from lakestream.config import Config, LakehouseConfig, ServeConfig
 from lakestream.standard import LATE_SCHEMA, QUARANTINE_SCHEMA
+from serving.serve import make_server
 from tests.support import gold_scenario
 from tests.support.cli import ROOT, run_cli
 from tests.support.gold_tables import append_rows, at, ingest_rows, row, upsert_realtime
@@ -186,7 +186,7 @@ def test_today_defaults_to_the_current_utc_day(tmp_path: Path) -> None:
 
 def _serve(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "flink_jobs", "serve", "--port", "0", "--quiet", *args],
+        [sys.executable, "-m", "cli", "serve", "--port", "0", "--quiet", *args],
         cwd=ROOT,
         env=dict(os.environ),
         stdout=subprocess.PIPE,

@@ -19,9 +19,9 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from flink_jobs.serve import make_server
 from lakestream.config import Config, LakehouseConfig, ServeConfig
 from lakestream.standard import LATE_SCHEMA, QUARANTINE_SCHEMA
+from serving.serve import make_server
 from tests.support.chromium import Browser
 from tests.support.gold_tables import WINDOW, append_rows, backfill, ingest_rows, row, upsert_realtime
 

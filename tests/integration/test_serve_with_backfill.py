@@ -11,10 +11,10 @@ from pathlib import Path
 
 from deltalake import write_deltalake
 
-from flink_jobs.serve import make_server
 from lakestream.adapters import get_adapter
 from lakestream.config import Config, LakehouseConfig, ServeConfig
 from lakestream.standard import StandardEvent, bronze_batch
+from serving.serve import make_server
 from tests.support.cli import run_cli
 from tests.support.gold_tables import WINDOW, row, upsert_realtime
 

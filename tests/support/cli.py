@@ -1,4 +1,4 @@
-"""Run the ``lakestream`` CLI the way a user does: ``python -m flink_jobs ...`` in a fresh process."""
+"""Run the ``lakestream`` CLI the way a user does: ``python -m cli ...`` in a fresh process."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ ROOT = Path(__file__).resolve().parents[2]
 def run_cli(
     *args: str, env: dict[str, str] | None = None, timeout: float = 300
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m flink_jobs ARGS`` and fail with its output unless it exits 0.
+    """Run ``python -m cli ARGS`` and fail with its output unless it exits 0.
 
     Each job gets its own process (its own JVM), so a failing job cannot leave a half-dead gateway
     behind for the next test; the timeout turns a hang into a failure with the output attached.
     """
     proc = subprocess.run(
-        [sys.executable, "-m", "flink_jobs", *args],
+        [sys.executable, "-m", "cli", *args],
         cwd=ROOT,
         env={**os.environ, **(env or {})},
         capture_output=True,

@@ -15,7 +15,7 @@ import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
 from lakestream.gold import GOLD_SCHEMA
-from lakestream.metrics_view import BATCH, REALTIME, GoldRow
+from serving.metrics_view import BATCH, REALTIME, GoldRow
 
 WINDOW = timedelta(minutes=5)
 UTC = timezone.utc

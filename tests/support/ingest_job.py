@@ -70,7 +70,7 @@ def start_unbounded(env: dict[str, str], log: Path, *, cwd: Path = ROOT) -> subp
 def start_ingest(env: dict[str, str], log: Path, *flags: str, cwd: Path = ROOT) -> subprocess.Popen[bytes]:
     """``lakestream ingest FLAGS`` of the source tree ``cwd`` in the background, output into ``log``."""
     return subprocess.Popen(
-        [sys.executable, "-m", "flink_jobs", "ingest", *flags],
+        [sys.executable, "-m", "cli", "ingest", *flags],
         cwd=cwd,
         env={**os.environ, **env},
         stdout=log.open("ab"),

@@ -66,7 +66,7 @@ def flink_properties(service: str) -> dict[str, str]:
 
 
 def test_both_flink_services_run_the_prometheus_reporter_and_publish_its_port() -> None:
-    from lakestream.flink_runtime import PROMETHEUS_FACTORY
+    from runtime.flink_env import PROMETHEUS_FACTORY
 
     services = compose()["services"]
     published = {"jobmanager": "127.0.0.1:9249:9249", "taskmanager": "127.0.0.1:9250:9249"}

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from sources.flink_source import SOURCE_GAUGES
-from udfs.delta_sink import COMMIT_GAUGES, STAGER_GAUGES
-from udfs.global_commit import fold_gauges
+from sinks.flink.delta_sink import COMMIT_GAUGES, STAGER_GAUGES
+from sinks.flink.global_commit import fold_gauges
+from sources.flink.delta_source import SOURCE_GAUGES
 
 ROOT = Path(__file__).resolve().parents[2]
 REGISTERS = re.compile(r"""\.(?:counter|gauge|distribution|meter)\(\s*["']([A-Za-z_]+)["']""")
@@ -15,7 +15,8 @@ REGISTERS = re.compile(r"""\.(?:counter|gauge|distribution|meter)\(\s*["']([A-Za
 
 def registered() -> set[str]:
     names = set(COMMIT_GAUGES) | set(STAGER_GAUGES) | set(SOURCE_GAUGES) | set(fold_gauges(lambda: None))
-    files = [*ROOT.glob("udfs/*.py"), *ROOT.glob("sources/*.py"), *ROOT.glob("jvm/src/main/java/**/*.java")]
+    packages = ("udfs", "sinks", "sources", "runtime")
+    files = [*(p for pkg in packages for p in ROOT.glob(f"{pkg}/**/*.py")), *ROOT.glob("jvm/src/main/java/**/*.java")]
     for path in files:
         names |= set(REGISTERS.findall(path.read_text(encoding="utf-8")))
     return names

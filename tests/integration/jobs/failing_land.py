@@ -14,11 +14,11 @@ from pathlib import Path
 
 from pyflink.datastream import MapFunction, RuntimeContext
 
-from flink_jobs.kafka_input import kafka_records
 from flink_jobs.land import LANDING_SCHEMA, to_landing_row
 from lakestream.config import FlinkConfig
-from lakestream.flink_runtime import build_env
-from udfs.delta_sink import DeltaSinkSpec, sink_to_delta
+from runtime.flink_env import build_env
+from sinks.flink.delta_sink import DeltaSinkSpec, sink_to_delta
+from sources.flink.kafka_input import kafka_records
 
 
 class FailOnce(MapFunction):

@@ -21,8 +21,7 @@ from pyflink.datastream.connectors import Source
 from pyflink.java_gateway import get_gateway
 
 from lakestream.config import FlinkConfig
-from lakestream.flink_runtime import build_env
-from udfs.checkpoint_markers import (
+from runtime.checkpoint_markers import (
     DATA,
     END_OF_INPUT,
     KIND_FIELD,
@@ -30,8 +29,9 @@ from udfs.checkpoint_markers import (
     PRECOMMIT,
     with_checkpoint_markers,
 )
-from udfs.delta_sink import DeltaSinkSpec, TableWriters
-from udfs.global_commit import COMMITTABLE_TYPE, commit_globally, committable_row
+from runtime.flink_env import build_env
+from sinks.flink.delta_sink import DeltaSinkSpec, TableWriters
+from sinks.flink.global_commit import COMMITTABLE_TYPE, commit_globally, committable_row
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
 

@@ -18,7 +18,7 @@ def test_time_splits_into_own_code_runtime_and_between_bundles() -> None:
         f"thread (0x1);{BUNDLE};input_elements (apache_beam/runners/worker/data_plane.py:539);get (q.py:1) 1",
         f"thread (0x1);{POOL};get (queue.py:171);wait (threading.py:320) 4",
         # pool thread 2 picked up a later bundle: still "in bundle" time of the same worker
-        f"thread (0x2);{BUNDLE};rows_to_batch (udfs/delta_sink.py:80) 2",
+        f"thread (0x2);{BUNDLE};rows_to_batch (sinks/flink/delta_sink.py:80) 2",
         f"thread (0x2);{POOL};wait (threading.py:320) 1",
         "not a stack line",
     ]

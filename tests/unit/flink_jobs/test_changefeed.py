@@ -9,13 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from flink_jobs.changefeed import (
-    ChangefeedTarget,
-    change_event_json,
-    resolve_table,
-    source_failure,
-)
-from flink_jobs.cli import build_parser
+from cli.main import build_parser
+from cli.cmd_changefeed import source_failure
+from flink_jobs.changefeed import ChangefeedTarget, change_event_json, resolve_table
 from lakestream.config import Config, ConfigError, LakehouseConfig
 
 

@@ -10,13 +10,17 @@ from typing import Any
 
 import pytest
 
+import cli.common as cli_common
+import cli.main as cli
+import flink_jobs.lifecycle as lifecycle
+from cli.common import SHARED_FLAGS
+from flink_jobs.lifecycle import JobFailedError
 from devtools import kafka_broker
-from flink_jobs import cli, cli_common, ingest
-from flink_jobs.cli_common import SHARED_FLAGS, JobFailedError
+from cli import cmd_ingest
 from flink_jobs.resume import ResumeError
 from lakestream.config import ConfigError
-from lakestream.flink_runtime import FlinkRuntimeError
 from lakestream.paths import MissingBuildError
+from runtime.flink_env import FlinkRuntimeError
 from sources.errors import StartingPointError
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -107,8 +111,8 @@ def test_config_goes_before_or_after_the_subcommand(command: str) -> None:
 def test_shared_flags_are_declared_only_in_cli_common() -> None:
     flags = [o for option_strings, _ in SHARED_FLAGS.values() for o in option_strings]
     pattern = re.compile(r"add_argument\(\s*\"(" + "|".join(map(re.escape, flags)) + r")\"")
-    for path in sorted((ROOT / "flink_jobs").glob("*.py")):
-        if path.name != "cli_common.py":
+    for path in sorted([*(ROOT / "cli").glob("*.py"), *(ROOT / "demo").glob("*.py")]):
+        if path.name != "common.py":
             assert not pattern.search(path.read_text(encoding="utf-8")), f"{path.name} declares a shared flag"
 
 
@@ -122,15 +126,15 @@ def test_load_applies_the_flag_overrides(tmp_path: Path) -> None:
 
 def test_broker_resolution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = cli_common.load(argparse.Namespace(config=None))
-    assert cli_common.broker(cfg.replace("kafka", bootstrap_servers="h:9092")) == "h:9092"
+    assert lifecycle.broker(cfg.replace("kafka", bootstrap_servers="h:9092")) == "h:9092"
     monkeypatch.setattr(kafka_broker, "DEFAULT_STATE_FILE", tmp_path / "kafka.json")
     with pytest.raises(
         ConfigError, match="no local broker is running: start one with `lakestream kafka start`"
     ):
-        cli_common.broker(cfg)
+        lifecycle.broker(cfg)
     running = kafka_broker.BrokerStatus(running=True, pid=1, bootstrap_servers="127.0.0.1:4242")
     monkeypatch.setattr(kafka_broker, "status_detached", lambda: running)
-    assert cli_common.broker(cfg) == "127.0.0.1:4242"
+    assert lifecycle.broker(cfg) == "127.0.0.1:4242"
 
 
 class FakeEnv:
@@ -156,7 +160,8 @@ def complete_checkpoint(folder: Path, job: str = "job1", n: int = 2) -> Path:
 @pytest.fixture
 def kafka_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """run_kafka_job with the Kafka client calls and the table listing recorded instead of made."""
-    from flink_jobs import kafka_input, tables
+    from serving import table_summary as tables
+    from sources.flink import kafka_input
 
     calls: dict[str, Any] = {"commits": [], "printed": [], "runs": [], "starts": []}
     monkeypatch.setattr(
@@ -169,7 +174,7 @@ def kafka_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]
         calls["starts"].append((sorted(parts), dict(recorded), fallback))
         return {p: recorded.get(p, 3) for p in parts}, []
 
-    monkeypatch.setattr(cli_common, "resolve_start_offsets", resolve)
+    monkeypatch.setattr(lifecycle, "resolve_start_offsets", resolve)
     cfg = cli_common.load(argparse.Namespace(config=None, bootstrap_servers="h:1"))
     cfg = cfg.replace("flink", checkpoint_dir=str(tmp_path / "ckpt"))
     cfg = cfg.replace("lakehouse", root=str(tmp_path / "lake"))
@@ -181,7 +186,7 @@ def kafka_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]
             calls["runs"].append(SimpleNamespace(parallelism=config.flink.parallelism, **given))
             return env
 
-        job = cli_common.KafkaJob(
+        job = lifecycle.KafkaJob(
             name="j",
             topics=["t"],
             group_id="g",
@@ -191,8 +196,8 @@ def kafka_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]
             build=build,
             job_name="the job",
         )
-        args = argparse.Namespace(**{"bounded": False, "fresh": False, "command": "ingest", **flags})
-        assert cli_common.run_kafka_job(cfg, args, job) == 0
+        options = {"bounded": False, "fresh": False, **flags}
+        assert lifecycle.run_kafka_job(cfg, job, command="ingest", **options) == 0
         assert env.executed[-1] == "the job"
         return calls["runs"][-1]  # type: ignore[no-any-return]
 
@@ -342,7 +347,7 @@ def test_errors_end_a_subcommand_with_their_exit_code(
     def fail(args: argparse.Namespace) -> int:
         raise error
 
-    monkeypatch.setattr(ingest, "cmd_ingest", fail)
+    monkeypatch.setattr(cmd_ingest, "cmd_ingest", fail)
     assert cli.main(["ingest"]) == code
     assert capsys.readouterr().err.startswith(message)
 
@@ -351,7 +356,7 @@ def test_other_errors_are_not_turned_into_exit_codes(monkeypatch: pytest.MonkeyP
     def fail(args: argparse.Namespace) -> int:
         raise KeyError("a bug")
 
-    monkeypatch.setattr(ingest, "cmd_ingest", fail)
+    monkeypatch.setattr(cmd_ingest, "cmd_ingest", fail)
     with pytest.raises(KeyError):
         cli.main(["ingest"])
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
-from flink_jobs.delta_commits import (
+from storage.delta_commits import (
     END_OF_INPUT,
     DeltaLogError,
     TableLog,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from demo.event_feed import due, end_offsets, partition_for, per_source, plan
 from devtools.sample_events import SampleSettings, generate
-from flink_jobs.demo_feed import due, end_offsets, partition_for, per_source, plan
 
 TOPICS = {"orders_db": "o", "payments": "p", "logistics": "l", "behaviour": "b"}
 
@@ -69,7 +69,7 @@ def test_due_never_decreases() -> None:
 
 
 def test_offsets_round_trip_through_their_file(tmp_path: Path) -> None:
-    from flink_jobs.demo_feed import read_offsets, write_offsets
+    from demo.event_feed import read_offsets, write_offsets
 
     offsets = {("b", 1): 7, ("a", 0): 0, ("a", 1): 12}
     write_offsets(tmp_path / "x" / "end.json", offsets)

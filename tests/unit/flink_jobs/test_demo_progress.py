@@ -9,8 +9,8 @@ import pyarrow as pa
 from deltalake import CommitProperties, Transaction, write_deltalake
 from rich.console import Console
 
-from flink_jobs.delta_commits import END_OF_INPUT
-from flink_jobs.demo_progress import LiveView, Snapshot, TableState, Watcher, choose_mode, plain_line, render
+from demo.live_view import LiveView, Snapshot, TableState, Watcher, choose_mode, plain_line, render
+from storage.delta_commits import END_OF_INPUT
 
 TABLES = ("bronze/order_events", "late/order_events", "quarantine/order_events", "silver/orders")
 

@@ -13,8 +13,7 @@ import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
-from flink_jobs.delta_commits import END_OF_INPUT, Commit
-from flink_jobs.demo_report import (
+from demo.html_report import (
     DELAY_BINS,
     GOLD_TABLE,
     arrival_delays,
@@ -27,6 +26,7 @@ from flink_jobs.demo_report import (
     write_report,
 )
 from lakestream.standard import BRONZE_SCHEMA, LATE_SCHEMA
+from storage.delta_commits import END_OF_INPUT, Commit
 
 T0 = datetime(2024, 6, 1, 4, 0, tzinfo=timezone.utc)
 MS = 1000

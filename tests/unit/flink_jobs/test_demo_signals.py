@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from flink_jobs.demo import DemoInterrupted, _signals_interrupt
+from demo.run_demo import DemoInterrupted, _signals_interrupt
 
 
 def _wait_for_signal() -> None:

@@ -9,10 +9,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from flink_jobs.demo import check_demo_slots
-from lakestream.cluster_slots import InsufficientSlotsError
+from demo.run_demo import check_demo_slots
 from lakestream.config import load_config
-from lakestream.flink_runtime import FlinkRuntimeError
+from runtime.cluster_slots import InsufficientSlotsError
+from runtime.flink_env import FlinkRuntimeError
 
 
 def serve(answer: bytes) -> Iterator[str]:

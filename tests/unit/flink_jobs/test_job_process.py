@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flink_jobs.job_process import failure_summary
+from demo.job_process import failure_summary
 
 FLINK_FAILURE = """\
 Traceback (most recent call last):

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from flink_jobs import cli
+import cli.main as cli
 from tests.support.delta_tables import open_writer
 
 SCHEMA = pa.schema([("source", pa.string()), ("id", pa.int64())])

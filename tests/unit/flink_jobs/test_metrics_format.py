@@ -6,8 +6,8 @@ import csv
 import io
 import json
 
-from flink_jobs.metrics_format import COLUMNS, csv_text, json_text, table_text
-from lakestream.metrics_view import running_totals, select_windows
+from serving.metrics_format import COLUMNS, csv_text, json_text, table_text
+from serving.metrics_view import running_totals, select_windows
 from tests.support.gold_tables import WINDOW, at, row
 
 T0 = at("2024-06-01T00:00")

@@ -184,7 +184,7 @@ def test_settle_puts_every_table_at_the_checkpoints_cut(tmp_path: Path) -> None:
 
     from flink_jobs.resume import settle
     from lakestream.progress import read_progress
-    from udfs.delta_sink import DeltaSinkSpec
+    from sinks.flink.delta_sink import DeltaSinkSpec
 
     schema = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64())])
     spec = DeltaSinkSpec(table_uri=str(tmp_path / "t"), app_prefix="job/t", schema=schema)

@@ -13,11 +13,12 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from flink_jobs import cli
-from flink_jobs.ingest import SILVER_TABLE, check_silver_layout, silver_mor_table, table_specs
+import cli.main as cli
+from flink_jobs.ingest import check_silver_layout, silver_mor_table, table_specs
 from lakestream.config import ConfigError, load_config
-from maintenance.fold_changes import fold_once
-from maintenance.fold_schedule import BackgroundFold
+from lakestream.table_names import SILVER_TABLE
+from merge_on_read.fold_changes import fold_once
+from merge_on_read.fold_schedule import BackgroundFold
 from tests.support.silver_rows import change as event
 from tests.unit.sinks.test_merge_mode import batch
 

@@ -1,4 +1,4 @@
-"""``flink_jobs.tables``: row counts from the Delta log, a scan only where a file has no statistics."""
+"""``serving.table_summary``: row counts from the Delta log, a scan only where a file has no statistics."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 from deltalake.transaction import AddAction
 
-from flink_jobs.tables import find_tables, print_tables, table_summary
+from serving.table_summary import find_tables, print_tables, table_summary
 
 SCHEMA = pa.schema([("id", pa.int64())])
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from lakestream import class_archive
-from lakestream.class_archive import QUIET, ArchivePlan, archive_key, plan, prune, publish
+from runtime import class_archive
+from runtime.class_archive import QUIET, ArchivePlan, archive_key, plan, prune, publish
 
 
 def jars(tmp_path: Path, *names: str) -> list[Path]:

@@ -6,7 +6,7 @@ import urllib.error
 
 import pytest
 
-from lakestream.cluster_slots import (
+from runtime.cluster_slots import (
     ClusterSlots,
     InsufficientSlotsError,
     require_slots,
@@ -14,7 +14,7 @@ from lakestream.cluster_slots import (
     shortage,
     slots_needed,
 )
-from lakestream.flink_runtime import FlinkRuntimeError
+from runtime.flink_env import FlinkRuntimeError
 
 ADDRESS = "localhost:8081"
 

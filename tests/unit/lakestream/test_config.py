@@ -115,7 +115,7 @@ def test_file_sizes_per_write_mode():
 
 
 def test_thread_mode_is_refused_with_the_reason():
-    from lakestream.flink_runtime import FlinkRuntimeError, build_env
+    from runtime.flink_env import FlinkRuntimeError, build_env
 
     cfg = load_config(environ={"LAKESTREAM__FLINK__PYTHON_EXECUTION_MODE": "thread"})
     with pytest.raises(FlinkRuntimeError, match="not supported yet.*Use 'process'"):

@@ -1,4 +1,4 @@
-"""``lakestream.flink_runtime.require_java``: the java PyFlink would launch, and only a 17+ one."""
+"""``runtime.flink_env.require_java``: the java PyFlink would launch, and only a 17+ one."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lakestream.flink_runtime import FlinkRuntimeError, JavaNotFoundError, require_java
+from runtime.flink_env import FlinkRuntimeError, JavaNotFoundError, require_java
 
 
 def fake_java(folder: Path, version: str) -> Path:
@@ -67,7 +67,7 @@ def test_rocksdb_state_gets_bloom_filters_and_partitioned_index_filters(
     tmp_path: Path, configured: str, job_default: str, filters: bool
 ) -> None:
     from lakestream.config import FlinkConfig
-    from lakestream.flink_runtime import ROCKSDB_LOOKUP_SETTINGS, flink_settings
+    from runtime.flink_env import ROCKSDB_LOOKUP_SETTINGS, flink_settings
 
     settings = flink_settings(
         FlinkConfig(state_backend=configured),  # type: ignore[arg-type]
@@ -87,7 +87,7 @@ def test_rocksdb_state_gets_bloom_filters_and_partitioned_index_filters(
 
 def test_the_local_managed_memory_is_the_configured_size(tmp_path: Path) -> None:
     from lakestream.config import FlinkConfig
-    from lakestream.flink_runtime import flink_settings
+    from runtime.flink_env import flink_settings
 
     got = flink_settings(FlinkConfig(managed_memory="768m"), checkpoint_dir=str(tmp_path))
     assert got["taskmanager.memory.managed.size"] == "768m"
@@ -96,7 +96,7 @@ def test_the_local_managed_memory_is_the_configured_size(tmp_path: Path) -> None
 @pytest.mark.parametrize("size", ["4k", "256k", "1m", "16m"])
 def test_the_local_network_buffers_are_the_configured_size(tmp_path: Path, size: str) -> None:
     from lakestream.config import FlinkConfig
-    from lakestream.flink_runtime import flink_settings
+    from runtime.flink_env import flink_settings
 
     got = flink_settings(FlinkConfig(network_buffer_size=size), checkpoint_dir=str(tmp_path))
     assert got["taskmanager.memory.segment-size"] == size
@@ -120,7 +120,7 @@ def test_the_local_network_memory_holds_the_buffers_the_parallelism_needs(
     parallelism: int, size: str, memory: str
 ) -> None:
     from lakestream.config import FlinkConfig
-    from lakestream.flink_runtime import local_network_memory
+    from runtime.flink_env import local_network_memory
 
     assert local_network_memory(FlinkConfig(parallelism=parallelism, network_buffer_size=size)) == memory
 
@@ -128,7 +128,7 @@ def test_the_local_network_memory_holds_the_buffers_the_parallelism_needs(
 @pytest.mark.parametrize(("python_workers", "managed"), [("slot", "true"), ("operator", "false")])
 def test_python_workers_per_slot_or_per_operator(tmp_path: Path, python_workers: str, managed: str) -> None:
     from lakestream.config import FlinkConfig
-    from lakestream.flink_runtime import PYTHON_WORKER_PER_SLOT, flink_settings
+    from runtime.flink_env import PYTHON_WORKER_PER_SLOT, flink_settings
 
     cfg = FlinkConfig(python_workers=python_workers)  # type: ignore[arg-type]
     assert flink_settings(cfg, checkpoint_dir=str(tmp_path))[PYTHON_WORKER_PER_SLOT] == managed
@@ -139,7 +139,7 @@ def test_a_launch_whose_options_choose_class_sharing_gets_no_archive_of_ours(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     from lakestream import paths
-    from lakestream.flink_runtime import CLASS_ARCHIVE_DIR, local_class_archive
+    from runtime.flink_env import CLASS_ARCHIVE_DIR, local_class_archive
 
     monkeypatch.setattr(paths, "CACHE_DIR", tmp_path)
     chosen = ("-Xshare:off", "-Xmx1g -XX:SharedArchiveFile=/x.jsa", "-XX:ArchiveClassesAtExit=/y")

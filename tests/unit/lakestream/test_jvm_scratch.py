@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lakestream import jvm_scratch
+from runtime import jvm_scratch
 
 
 def dead_pid() -> int:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import os
 import time
 
-from lakestream.jvm_stderr import IGNORED, forward
+from runtime.jvm_stderr import IGNORED, forward
 
 
 def test_more_than_a_pipe_of_lines_is_passed_on_in_order_without_the_ignored_one() -> None:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lakestream.metrics_view import (
+from serving.metrics_view import (
     BATCH,
     REALTIME,
     DayTotals,

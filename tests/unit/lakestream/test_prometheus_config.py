@@ -7,7 +7,7 @@ import zipfile
 import pytest
 
 from lakestream.config import ConfigError, FlinkConfig, load_config
-from lakestream.flink_runtime import (
+from runtime.flink_env import (
     PROMETHEUS_FACTORY,
     flink_home,
     flink_settings,

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lakestream.gold import METRIC_NAMES
-from lakestream.reconcile import Difference, compare, contiguous_runs, fix_allowed, fixes_on
+from lakestream.reconcile_rules import Difference, compare, contiguous_runs, fix_allowed, fixes_on
 
 UTC = timezone.utc
 T0 = datetime(2024, 6, 1, tzinfo=UTC)

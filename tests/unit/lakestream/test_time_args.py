@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from lakestream.time_args import TimeArgError, iso_utc, parse_range, parse_time, utc_day
+from lakestream.time import TimeArgError, iso_utc, parse_range, parse_time, utc_day
 
 UTC = timezone.utc
 

@@ -1,4 +1,4 @@
-"""The local Python workers' start-up (``lakestream/worker_site/sitecustomize.py``) and the JVM
+"""The local Python workers' start-up (``runtime/worker/site/sitecustomize.py``) and the JVM
 environment that puts it on their path (``flink_runtime.worker_environment``)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from lakestream.flink_runtime import WORKER_PANDAS_VARIABLE, WORKER_SITE, worker_environment
+from runtime.flink_env import WORKER_PANDAS_VARIABLE, WORKER_SITE, worker_environment
 
 PROBE = textwrap.dedent(
     """

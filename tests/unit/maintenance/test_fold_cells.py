@@ -20,11 +20,11 @@ import pytest
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
-from maintenance import fold_changes
 from maintenance.auto import find_tables
-from maintenance.fold_changes import FOLD_FILE_ROWS, cell_plan, distinct_keys, file_rows_for, fold_once
-from maintenance.key_ranges import Cell, KeyFile, cells, disjoint, key_files, owners
-from sources.merge_on_read import MergeOnReadTable, changes_above, folded_through, read_current
+from merge_on_read import fold_changes
+from merge_on_read.fold_changes import FOLD_FILE_ROWS, cell_plan, distinct_keys, file_rows_for, fold_once
+from merge_on_read.key_ranges import Cell, KeyFile, cells, disjoint, key_files, owners
+from merge_on_read.table import MergeOnReadTable, changes_above, folded_through, read_current
 from tests.support.silver_rows import change as event
 from tests.unit.sinks.test_changes_mode import changes_writer, expected, mor, silver_only
 from tests.unit.sinks.test_merge_mode import batch

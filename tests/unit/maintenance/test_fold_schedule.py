@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from maintenance import fold_schedule
-from maintenance.fold_changes import FoldResult
-from maintenance.fold_schedule import BackgroundFold, FoldSchedule, FoldTask
+from merge_on_read import fold_schedule
+from merge_on_read.fold_changes import FoldResult
+from merge_on_read.fold_schedule import BackgroundFold, FoldSchedule, FoldTask
 from tests.support.silver_rows import change as event
 from tests.unit.sinks.test_changes_mode import changes_writer, mor
 from tests.unit.sinks.test_merge_mode import batch

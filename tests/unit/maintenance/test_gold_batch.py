@@ -9,10 +9,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from flink_jobs.gold_batch import parse_threshold
+from batch.backfill import check_rows, first_open_window, range_predicate
+from cli.cmd_batch import parse_threshold
 from lakestream.config import ConfigError
 from lakestream.gold import GOLD_INPUT_SCHEMA, GOLD_SCHEMA, GoldSettings, aggregate, gold_rows
-from maintenance.gold_batch import check_rows, first_open_window, range_predicate
 
 UTC = timezone.utc
 T1 = datetime(2024, 6, 1, 4, tzinfo=UTC)

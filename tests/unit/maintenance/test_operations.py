@@ -19,9 +19,9 @@ from lakestream.merge_spec import MergeSpec
 from maintenance import operations
 from maintenance.errors import ConflictError, RefusedError, TableMissingError
 from maintenance.facts import TableRef, resolve_table, staged_files
-from sinks.retry_policy import RetryPolicy
 from sinks.writer import TwoPhaseDeltaWriter
-from sources.reader_positions import PositionRecorder
+from storage.reader_positions import PositionRecorder
+from storage.retry_policy import RetryPolicy
 from tests.support.delta_tables import open_writer
 
 SCHEMA = pa.schema([("source", pa.string()), ("id", pa.int64())])

@@ -21,14 +21,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lakestream.freshness import FRESHNESS_KEY
-from lakestream.merge_on_read import current_rows
+from lakestream.merge_on_read_rule import current_rows
 from lakestream.silver import CHANGE_SEQ, SILVER_MERGE, SILVER_MOR_MERGE, SILVER_MOR_SCHEMA, SILVER_SCHEMA
-from maintenance.fold_changes import fold_once, pending_changes, snapshot_freshness
-from maintenance.key_ranges import KeyFile, disjoint, key_files
+from merge_on_read.fold_changes import fold_once, pending_changes, snapshot_freshness
+from merge_on_read.key_ranges import KeyFile, disjoint, key_files
+from merge_on_read.table import MergeOnReadTable, folded_through, query, read_current
+from merge_on_read.table import view_sql as table_view_sql
 from sinks.committer import CommitHooks
 from sinks.table_spec import TableSpec
-from sources.merge_on_read import MergeOnReadTable, folded_through, query, read_current
-from sources.merge_on_read import view_sql as table_view_sql
 from tests.support.delta_tables import open_writer, snapshot_rows, txn_version
 from tests.support.silver_rows import change as event
 from tests.unit.sinks.test_merge_mode import FAST_RETRY, as_table, batch, random_events, silver_writer

@@ -14,12 +14,12 @@ from deltalake import DeltaTable
 from lakestream.merge_spec import MergeSpec
 from sinks.committer import CommitHooks, DeltaCommitter
 from sinks.errors import CommitConflictError, StagedFileMissingError
-from sinks.retry_policy import RetryPolicy
 from sinks.stager import Stager
 from sinks.staging import Manifest, StagingArea
 from sinks.table_bootstrap import open_table
 from sinks.table_spec import TableSpec, WriteMode
 from sinks.writer_metrics import WriterMetrics
+from storage.retry_policy import RetryPolicy
 from tests.support.delta_tables import (
     commits_with_app,
     staging_leftovers,

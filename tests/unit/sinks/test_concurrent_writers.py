@@ -15,8 +15,8 @@ from deltalake.exceptions import CommitFailedError
 
 from sinks.committer import CommitHooks
 from sinks.errors import CommitConflictError, StagedFileMissingError
-from sinks.retry_policy import RetryPolicy
 from sinks.writer import TwoPhaseDeltaWriter
+from storage.retry_policy import RetryPolicy
 from tests.support.delta_tables import (
     assert_no_orphans,
     assert_same_rows,

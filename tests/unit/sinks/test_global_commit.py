@@ -21,10 +21,10 @@ from sinks.committable import Committable
 from sinks.committer import COUNTERS_KEY, CommitHooks
 from sinks.errors import CommittableMissingError, MarkerOrderError
 from sinks.global_committer import GlobalCommitter
-from sinks.retry_policy import RetryPolicy
 from sinks.staging import Manifest, StagingArea
 from sinks.writer import EOI_CHECKPOINT_ID, TwoPhaseDeltaWriter
 from sinks.writer_metrics import CommitResult
+from storage.retry_policy import RetryPolicy
 from tests.support.delta_tables import (
     SimulatedCrash,
     assert_no_orphans,

@@ -22,9 +22,9 @@ from lakestream.merge_spec import MergeSpec
 from lakestream.silver import FIELD_TYPES, SILVER_MERGE, SILVER_SCHEMA
 from sinks.committer import CommitHooks
 from sinks.errors import KeyNullError
-from sinks.retry_policy import RetryPolicy
 from sinks.staging import Manifest
 from sinks.writer import TwoPhaseDeltaWriter
+from storage.retry_policy import RetryPolicy
 from tests.support.delta_tables import (
     SimulatedCrash,
     assert_no_orphans,

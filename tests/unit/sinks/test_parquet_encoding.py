@@ -18,7 +18,7 @@ from lakestream.silver import SILVER_MERGE, SILVER_SCHEMA
 from lakestream.standard import BRONZE_SCHEMA, CLOSED_SET_COLUMNS, LATE_SCHEMA, QUARANTINE_SCHEMA
 from maintenance import operations
 from maintenance.facts import resolve_table
-from sinks.parquet_encoding import dictionary_columns
+from storage.parquet_encoding import dictionary_columns
 from tests.support.delta_tables import open_writer
 from tests.support.silver_rows import change, ts
 
@@ -129,8 +129,8 @@ def test_merged_files(tmp_path: Path) -> None:
 
 def test_merge_on_read_changes_and_folded_snapshot(tmp_path: Path) -> None:
     from lakestream.silver import CHANGE_SEQ, LAST_EVENT_TIME, SILVER_MOR_MERGE, SILVER_MOR_SCHEMA
-    from maintenance.fold_changes import fold_once
-    from sources.merge_on_read import MergeOnReadTable
+    from merge_on_read.fold_changes import fold_once
+    from merge_on_read.table import MergeOnReadTable
 
     changes, snapshot = tmp_path / "changes", tmp_path / "snapshot"
     w = open_writer(

@@ -8,8 +8,8 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
-from lakestream.merge_on_read import in_arrival_order
-from sources.merge_on_read import scan
+from lakestream.merge_on_read_rule import in_arrival_order
+from merge_on_read.table import scan
 
 SCHEMA = pa.schema([pa.field("k", pa.string()), pa.field("v", pa.int64()), pa.field("seq", pa.int64())])
 

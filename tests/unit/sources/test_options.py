@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sources.delta_log import parse_commit
 from sources.errors import OffsetMismatchError, SchemaChangeError, SourceOptionsError, UnsupportedTableError
 from sources.offsets import SourceOffset
 from sources.options import DeltaSourceOptions, parse_size
 from sources.reader import output_schema, parse_partition_value
 from sources.schema_compat import check_version_schema, diff_schemas
+from storage.delta_log import parse_commit
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from sources.flink_source import SOURCE_GAUGES
-from sources.progress import trigger_progress
+from sources.flink.delta_source import SOURCE_GAUGES
+from sources.trigger_progress import trigger_progress
 from tests.support.delta_source import append, batch, create, poll, reader_for
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sources.reader_positions import (
+from storage.reader_positions import (
     PositionRecorder,
     ReaderRecord,
     forget,

@@ -1,4 +1,5 @@
-"""The udf operators tune the garbage collector in ``open`` (``udfs.worker_gc``): undo it after each test."""
+"""The udf operators tune the garbage collector in ``open`` (``runtime.worker.collector``): undone after
+each test."""
 
 from __future__ import annotations
 

@@ -8,9 +8,9 @@ import pyarrow as pa
 import pytest
 from pyflink.common import Row
 
+from runtime.checkpoint_markers import COMMIT, DATA, KIND_FIELD, OPEN, PAYLOAD_FIELD, PRECOMMIT, Marker
+from sinks.flink.delta_sink import DeltaSinkFunction, DeltaSinkSpec, TableWriters
 from tests.support.delta_tables import snapshot_rows, txn_version
-from udfs.checkpoint_markers import COMMIT, DATA, KIND_FIELD, OPEN, PAYLOAD_FIELD, PRECOMMIT, Marker
-from udfs.delta_sink import DeltaSinkFunction, DeltaSinkSpec, TableWriters
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
 

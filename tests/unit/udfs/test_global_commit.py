@@ -18,13 +18,19 @@ from lakestream.adapters import AdapterSettings, get_adapter
 from lakestream.quality import classify
 from lakestream.silver import SILVER_MERGE, SILVER_SCHEMA
 from lakestream.standard import BRONZE_SCHEMA, LATE_SCHEMA, StandardEvent
+from runtime.checkpoint_markers import COMMIT, DATA, END_OF_INPUT, OPEN, PRECOMMIT
 from sinks.committable import Committable
 from sinks.committer import COUNTERS_KEY
+from sinks.flink.delta_sink import (
+    COMMIT_GAUGES,
+    STAGER_GAUGES,
+    DeltaSinkFunction,
+    DeltaSinkSpec,
+    TableWriters,
+)
+from sinks.flink.global_commit import GlobalCommitterFunction
 from tests.support.delta_tables import staging_leftovers, table_version, txn_version
 from tests.support.metrics import MetricsContext
-from udfs.checkpoint_markers import COMMIT, DATA, END_OF_INPUT, OPEN, PRECOMMIT
-from udfs.delta_sink import COMMIT_GAUGES, STAGER_GAUGES, DeltaSinkFunction, DeltaSinkSpec, TableWriters
-from udfs.global_commit import GlobalCommitterFunction
 from udfs.ingest_resolve import LATE, SILVER, ResolveBatches
 from udfs.ingest_rows import NOT_LATE, bronze_row, pack_events
 

@@ -15,7 +15,7 @@ from deltalake import DeltaTable, write_deltalake
 from lakestream.gold import GOLD_SCHEMA, LAYER_BATCH, GoldSettings, gold_inputs
 from lakestream.standard import BRONZE_SCHEMA
 from sinks.committer import CommitHooks
-from sinks.retry_policy import RetryPolicy
+from storage.retry_policy import RetryPolicy
 from tests.support.delta_tables import open_writer
 from udfs.ingest_gold import GOLD_MERGE, NO_AMOUNT, gold_columns, gold_row
 

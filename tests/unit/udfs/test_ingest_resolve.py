@@ -19,10 +19,10 @@ from deltalake import DeltaTable
 
 from lakestream.silver import SILVER_MERGE, SILVER_SCHEMA
 from lakestream.standard import BRONZE_SCHEMA, LATE_SCHEMA, StandardEvent
+from runtime.checkpoint_markers import COMMIT, DATA, OPEN, PRECOMMIT
+from sinks.flink.delta_sink import DeltaSinkSpec
 from tests.support.metrics import MetricsContext
 from tests.support.silver_oracle import oracle_rows
-from udfs.checkpoint_markers import COMMIT, DATA, OPEN, PRECOMMIT
-from udfs.delta_sink import DeltaSinkSpec
 from udfs.ingest_resolve import LATE, SILVER, ResolveBatches
 from udfs.ingest_rows import NOT_LATE, bronze_row, epoch_millis, pack_events
 

@@ -12,9 +12,9 @@ from lakestream.adapters import AdapterSettings
 from lakestream.keys import bucket_of, id_hash, subtask_of
 from lakestream.quality import QualityRules
 from lakestream.standard import BRONZE_SCHEMA, QUARANTINE_SCHEMA
+from runtime.checkpoint_markers import DATA, OPEN
+from sinks.flink.delta_sink import DeltaSinkSpec
 from tests.support.metrics import MetricsContext
-from udfs.checkpoint_markers import DATA, OPEN
-from udfs.delta_sink import DeltaSinkSpec
 from udfs.ingest_rows import HEADER, BatchPart, unpack_events
 from udfs.ingest_standardise import BRONZE, QUARANTINE, REVIEW, StandardiseFunction
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from udfs.delta_sink import rows_to_batch
+from sinks.flink.delta_sink import rows_to_batch
 
 UTC = timezone.utc
 SCHEMA = pa.schema(

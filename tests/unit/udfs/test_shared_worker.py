@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pyflink.datastream import ProcessFunction
 
-from udfs.shared_worker import SharedWorker
+from runtime.worker.shared import SharedWorker
 
 
 class Recorder(ProcessFunction):  # type: ignore[misc]

@@ -5,7 +5,7 @@ import pytest
 from apache_beam.runners.worker import statesampler
 from apache_beam.utils.counters import CounterFactory
 
-from udfs.worker_bundles import BEAM_METHODS, skip_sampler_waits
+from runtime.worker.bundles import BEAM_METHODS, skip_sampler_waits
 
 Sampler = statesampler.StateSampler
 

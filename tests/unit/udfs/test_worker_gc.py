@@ -1,6 +1,6 @@
 import gc
 
-from udfs.worker_gc import GEN0_THRESHOLD, tune_for_batches
+from runtime.worker.collector import GEN0_THRESHOLD, tune_for_batches
 
 
 def test_tune_for_batches_freezes_and_raises_only_the_young_threshold() -> None:

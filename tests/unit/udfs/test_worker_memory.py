@@ -12,8 +12,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from udfs import worker_memory
-from udfs.worker_memory import MALLOPT, _libc, return_free_memory
+from runtime.worker import memory as worker_memory
+from runtime.worker.memory import MALLOPT, _libc, return_free_memory
 
 ROOT = Path(__file__).resolve().parents[3]
 #: A worker's pattern in miniature: fresh multi-megabyte bytes (a batch crossing from the JVM) and Arrow
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[3]
 ROUNDS = """
 import json, resource, sys
 import numpy as np, pyarrow as pa
-from udfs.worker_memory import keep_freed_pages
+from runtime.worker.memory import keep_freed_pages
 if sys.argv[1] == "keep":
     keep_freed_pages()
 x = pa.array(np.arange(1_000_000))

@@ -1,0 +1,1 @@
+"""Lambda batch layer: gold recomputed from bronze (backfill), compared with the speed layer (reconcile)."""

@@ -1,0 +1,76 @@
+"""What every ``lakestream`` sub-command shares: its flags, its registration and its configuration.
+
+Each ``cli.cmd_*`` module registers one sub-command with these helpers; ``cli.main`` puts the parser
+together and turns errors into exit codes.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lakestream.config import Config, load_config
+
+if TYPE_CHECKING:  # pragma: no cover
+    SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
+else:
+    SubParsers = Any
+
+
+#: The flags several sub-commands take, each declared once: name -> (option strings, add_argument options).
+SHARED_FLAGS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
+    "config": (("--config",), {"type": Path, "help": "TOML config file (see config/)"}),
+    "lakehouse": (("--lakehouse",), {"help": "override lakehouse.root (where Delta tables live)"}),
+    "bootstrap_servers": (("--bootstrap-servers",), {"help": "override kafka.bootstrap_servers"}),
+    "bounded": (
+        ("--bounded",),
+        {
+            "action": "store_true",
+            "help": "read up to the offsets present at start, commit everything, then stop",
+        },
+    ),
+    "fresh": (
+        ("--fresh",),
+        {"action": "store_true", "help": "do not resume from the job's last retained checkpoint"},
+    ),
+    "job_name": (("--job-name",), {"default": None, "help": "Flink job name"}),
+}
+
+
+def add_flags(parser: argparse.ArgumentParser, *names: str, **overrides: Any) -> None:
+    """Add the shared flags ``names`` (keys of :data:`SHARED_FLAGS`) to ``parser``."""
+    for name in names:
+        option_strings, options = SHARED_FLAGS[name]
+        parser.add_argument(*option_strings, **{**options, **overrides})
+
+
+def add_command(
+    subparsers: SubParsers,
+    name: str,
+    *,
+    func: Callable[[argparse.Namespace], int],
+    flags: Sequence[str] = (),
+    **parser_options: Any,
+) -> argparse.ArgumentParser:
+    """Register sub-command ``name`` running ``func(args)``, with ``--config`` and the shared ``flags``.
+
+    ``--config`` is accepted before or after the sub-command (``lakestream --config F ingest`` and
+    ``lakestream ingest --config F``); given after, it wins.
+    """
+    parser: argparse.ArgumentParser = subparsers.add_parser(name, **parser_options)
+    add_flags(parser, "config", default=argparse.SUPPRESS)
+    add_flags(parser, *flags)
+    parser.set_defaults(func=func)
+    return parser
+
+
+def load(args: argparse.Namespace) -> Config:
+    """The validated configuration, with ``--lakehouse`` / ``--bootstrap-servers`` applied over it."""
+    cfg = load_config(getattr(args, "config", None))
+    if getattr(args, "lakehouse", None):
+        cfg = cfg.replace("lakehouse", root=args.lakehouse)
+    if getattr(args, "bootstrap_servers", None):
+        cfg = cfg.replace("kafka", bootstrap_servers=args.bootstrap_servers)
+    return cfg

@@ -1,0 +1,1 @@
+"""Reading the served layers: gold metrics as served (batch or realtime), current silver, table summaries."""

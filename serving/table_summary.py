@@ -1,0 +1,166 @@
+"""Find and summarise the Delta tables under a lakehouse root (for the CLI, the demo and tests).
+
+Also reads old versions (time travel): one table at a version or at a time, or every table as it was
+at a time; how far back that reaches is bounded by log cleanup (commit files) and VACUUM (data files).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
+
+from maintenance.errors import MaintenanceError
+from maintenance.facts import table_folders
+from storage.delta_log import DeltaLog
+
+#: A version number or an RFC 3339 time.
+At = int | str
+
+
+class TimeTravelError(MaintenanceError):
+    """An old version cannot be read; the message says which and why."""
+
+
+def find_tables(root: str | Path) -> list[Path]:
+    """Every table folder under ``root`` (``maintenance.facts.table_folders``), sorted by name."""
+    base = Path(root)
+    if not base.exists():
+        return []
+    return table_folders(base)
+
+
+def _parse_time(text: str) -> datetime:
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise TimeTravelError(
+            f"--as-of {text!r}: expected an RFC 3339 time such as 2026-12-01T08:00:00Z"
+        ) from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
+
+
+def commit_ms(path: str | Path, version: int) -> int | None:
+    """When ``version`` was committed (epoch ms, from its commit file); None when the file is gone."""
+    commit = DeltaLog(str(path)).read_commit(version)
+    return commit.timestamp_ms if commit is not None else None
+
+
+def open_at(path: str | Path, at: At | None) -> DeltaTable:
+    """The table at version ``at`` (int), at the newest version committed at or before time ``at``
+    (str, RFC 3339), or at its latest version (None)."""
+    dt = DeltaTable(str(path))
+    if at is None:
+        return dt
+    latest = dt.version()
+    flag = "--version" if isinstance(at, int) else "--as-of"
+    when = None if isinstance(at, int) else _parse_time(at)
+    try:
+        dt.load_as_version(at if when is None else when)
+    except (DeltaError, ValueError) as exc:
+        hint = (
+            f"versions go from the oldest retained commit to {latest}"
+            if isinstance(at, int)
+            else "give a time after the oldest retained commit"
+        )
+        raise TimeTravelError(
+            f"{flag} {at}: cannot load {path} there ({str(exc).splitlines()[0]}); {hint}. Commits older than "
+            "delta.logRetentionDuration are removed by log cleanup."
+        ) from None
+    committed = commit_ms(path, dt.version())
+    if when is not None and committed is not None and committed > when.timestamp() * 1000:
+        # delta-rs loads the oldest version for a time before it; that version did not exist yet then.
+        raise TimeTravelError(
+            f"--as-of {at}: {path} has no version committed at or before it (its oldest retained version "
+            f"{dt.version()} was committed {_utc(committed)})"
+        )
+    return dt
+
+
+def _utc(ms: int | None) -> str:
+    if ms is None:
+        return "?"
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def table_summary(path: str | Path, at: At | None = None) -> tuple[int, int]:
+    """(row count, version) of one table (at ``at``), counted from the log's file statistics when present.
+
+    Only a table with a file lacking ``numRecords`` is scanned. Reading the log keeps pyarrow's dataset
+    thread pool out of the CLI: a ``lakestream land`` run once aborted at interpreter exit ("terminate
+    called without an active exception") after a scan here.
+    """
+    dt = open_at(path, at)
+    counts = pa.table(dt.get_add_actions(flatten=True))["num_records"]
+    if counts.null_count == 0:
+        return int(pc.sum(counts).as_py() or 0), dt.version()
+    return _scan(dt, path).num_rows, dt.version()
+
+
+def _scan(dt: DeltaTable, path: str | Path, limit: int | None = None) -> pa.Table:
+    try:
+        dataset = dt.to_pyarrow_dataset()
+        return dataset.head(limit) if limit is not None else dataset.to_table()
+    except (OSError, DeltaError) as exc:
+        raise TimeTravelError(
+            f"{path} at version {dt.version()}: its data files cannot be read ({str(exc).splitlines()[0]}); "
+            "VACUUM deletes the files of old versions once they are older than its retention"
+        ) from None
+
+
+def print_tables(root: str | Path, *, as_of: str | None = None) -> None:
+    """Print ``name  rows  version`` for each table, names relative to the root (as of ``as_of``)."""
+    base = Path(root).resolve()
+    tables = find_tables(base)
+    if not tables:
+        print(f"no Delta tables under {base}")
+        return
+    print(f"Delta tables under {base}" + (f" as of {as_of}:" if as_of else ":"))
+    for path in tables:
+        name = str(path.relative_to(base))
+        try:
+            rows, version = table_summary(path, as_of)
+        except TimeTravelError:
+            if as_of is None:
+                raise
+            print(f"  {name:<32} {'-':>10}        no version at or before {as_of}")
+            continue
+        line = f"  {name:<32} {rows:>10} rows   version {version}"
+        print(line + ("" if as_of else freshness_note(base, path)))
+
+
+#: A merge-on-read table ``X`` keeps its changes in ``X_changes`` (``tables.silver_layout``).
+CHANGES_SUFFIX = "_changes"
+
+
+def freshness_note(base: Path, path: Path) -> str:
+    """``   newest event ..., checkpoint ...`` from the table's commit metadata (``lakestream.freshness``),
+    and for the snapshot of a merge-on-read table how many change rows it does not hold yet."""
+    from lakestream.freshness import describe, latest_freshness
+
+    text = describe(latest_freshness(DeltaTable(str(path)).history(limit=50)))
+    changes = path.with_name(path.name + CHANGES_SUFFIX)
+    if (changes / "_delta_log").is_dir():
+        from lakestream.silver import CHANGE_SEQ, SILVER_MOR_MERGE, SILVER_MOR_SCHEMA
+        from merge_on_read.fold_changes import pending_changes
+        from merge_on_read.table import MergeOnReadTable
+
+        table = MergeOnReadTable(str(path), str(changes), SILVER_MOR_SCHEMA, SILVER_MOR_MERGE, CHANGE_SEQ)
+        rows, files = pending_changes(table)
+        name = changes.relative_to(base)
+        text += f"{'; ' if text else ''}{rows} change rows in {files} file(s) of {name} not folded"
+    return f"   ({text})" if text else ""
+
+
+def print_table_at(path: str | Path, name: str, at: At | None, *, rows: int = 0) -> None:
+    """One table (at ``at``): its version, commit time and row count, then up to ``rows`` rows."""
+    count, version = table_summary(path, at)
+    dt = open_at(path, at)
+    print(f"{name} at version {version} (committed {_utc(commit_ms(path, version))}): {count} rows")
+    if rows > 0:
+        for row in _scan(dt, path, limit=rows).to_pylist():
+            print("  " + ", ".join(f"{k}={v!r}" for k, v in row.items()))

@@ -1,0 +1,1 @@
+"""Delta table access every layer shares: the log reader, Parquet encoding, retries, reader positions."""
