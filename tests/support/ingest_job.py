@@ -69,8 +69,10 @@ def start_unbounded(env: dict[str, str], log: Path, *, cwd: Path = ROOT) -> subp
 
 def start_ingest(env: dict[str, str], log: Path, *flags: str, cwd: Path = ROOT) -> subprocess.Popen[bytes]:
     """``lakestream ingest FLAGS`` of the source tree ``cwd`` in the background, output into ``log``."""
+    # Trees from before the ``cli`` package ran the CLI as ``python -m flink_jobs``.
+    entry = "cli" if (cwd / "cli" / "__main__.py").exists() else "flink_jobs"
     return subprocess.Popen(
-        [sys.executable, "-m", "cli", "ingest", *flags],
+        [sys.executable, "-m", entry, "ingest", *flags],
         cwd=cwd,
         env={**os.environ, **env},
         stdout=log.open("ab"),
