@@ -1,16 +1,10 @@
 """A class-data archive for the local JVM (CDS): Flink's classes mapped from one file, not loaded one by one.
 
-Why: every command that runs a job locally starts a JVM that loads Flink and its
-dependencies class by class from jars, verifying each; building the ingest graph took 6.2-8.1 s
-without an archive and 3.8-5.5 s with one (benchmarks/RESULTS.md). The first run writes the archive
-when its JVM exits (``-XX:ArchiveClassesAtExit``); later runs map it (``-XX:SharedArchiveFile``).
-
-An archive holds for the ``java`` and the class path it was written with only (the JVM checks, and
-runs without it where they differ), so its file name is a digest of both (and of the kind of job:
-``flink_runtime.local_class_archive``): a new JDK or Flink gets an archive of its own. It is written
-under a name of its own per run and renamed to the digest's name only after its JVM ended by itself
-(not by a signal), so no JVM maps a half-written file; runs that start meanwhile run without one. The
-JVM's messages about archives are turned off: a run without one is slower, not wrong.
+Every local job starts a JVM that would otherwise load and verify Flink's classes jar by jar. The first
+run writes the archive when its JVM exits (``-XX:ArchiveClassesAtExit``), later runs map it
+(``-XX:SharedArchiveFile``). An archive holds only for the ``java`` and class path it was written with,
+so its name is a digest of both (and of the kind of job); it is renamed to that name only after its JVM
+ended by itself, so no JVM maps a half-written file. A run without one is slower, not wrong.
 """
 
 from __future__ import annotations

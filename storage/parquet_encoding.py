@@ -1,14 +1,10 @@
 """How lakestream's writers encode Parquet: a dictionary only for columns of a small closed set of values.
 
-A Parquet writer dictionary-encodes every column by default: it hashes each value into a dictionary and,
-once the dictionary page is full, falls back to plain encoding for the rest of the column chunk. Most
-columns here never repeat (event ids, per-field event ids, timestamps, amounts, raw payloads), so that
-is hashing for nothing and a dictionary page per chunk: a silver MERGE took 37 % less CPU and wrote 4 %
-smaller files without it, bronze files 26 % less CPU and 6 % smaller (benchmarks/RESULTS.md). Columns
-whose values come from a small closed set (``lakestream.standard.CLOSED_SET_COLUMNS``: statuses,
-kinds, sources, topics) keep the dictionary, where it saves bytes and readers' work. Compression stays
-snappy. Used by every writer of a sink's files: the stager's appends, the committer's MERGEs and
-changes files, merge-on-read folds, and OPTIMIZE / Z-order rewrites.
+A Parquet writer dictionary-encodes every column by default. Most columns here never repeat (event ids,
+timestamps, amounts, raw payloads), so that is hashing for nothing and a dictionary page per chunk;
+columns of a small closed set (``lakestream.standard.CLOSED_SET_COLUMNS``: statuses, kinds, sources,
+topics) keep it. Compression stays snappy. Every writer of a sink's files uses it: the stager's appends,
+the committer's MERGEs and changes files, merge-on-read folds, OPTIMIZE / Z-order rewrites.
 """
 
 from __future__ import annotations

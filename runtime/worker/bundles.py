@@ -1,12 +1,10 @@
 """Bundle ends without Beam's sampler sleep, for the Python workers.
 
-Why: Apache Beam starts a state-sampler thread with every bundle and joins it at the bundle's end. The
-thread sleeps in steps growing from 2 ms to 200 ms and cannot be woken, so each bundle's end waits out
-the rest of the current step, and Flink waits for the bundle's end: with bundles ended every
-``flink.bundle_time`` (100 ms) that is ~9 ms of sleep per bundle, 10-13 % of a busy worker's time
-(benchmarks/RESULTS.md). The thread only measures time per step for Beam's own counters and its "lull"
-log lines, which Flink neither reports nor needs; the tracker itself (user metrics find their
-container through it) stays. Here a sampler starts and stops without a thread.
+Apache Beam starts a state-sampler thread with every bundle and joins it at the bundle's end; the thread
+sleeps in steps that cannot be cut short, so every bundle end (and Flink, which waits for it) waits out
+the rest of a step. The thread only feeds Beam's own per-step counters and "lull" log lines, which Flink
+neither reports nor needs; the tracker itself (user metrics find their container through it) stays.
+Here a sampler starts and stops without a thread.
 """
 
 from __future__ import annotations

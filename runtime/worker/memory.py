@@ -1,15 +1,10 @@
 """The worker's allocators: freed pages kept between checkpoints, handed back once per checkpoint.
 
-Why: a worker allocates and drops megabytes per batch (Beam's buffers of a batch, Arrow IPC bytes, the
-compute kernels' outputs). Left as they come, glibc serves blocks above its mmap threshold with fresh
-``mmap`` calls and Arrow's bundled jemalloc unmaps freed extents at once, so every batch page-faulted
-its memory back in and the kernel zeroed it: about 0.8 page faults per event. ``keep_freed_pages``
-has glibc keep what it freed and Arrow allocate through glibc (Arrow's mimalloc pool reused its pages
-too, but the job ran no faster with it); ``return_free_memory`` then hands it all back
-once per checkpoint, since a worker's peaks are per checkpoint (a batch of Parquet files staged, a
-silver MERGE in delta-rs' Rust engine) and its resident size would otherwise settle at its largest
-checkpoint's rather than its usual one. Measurements: benchmarks/RESULTS.md (memory at the default TTL,
-and the worker allocators).
+A worker allocates and drops megabytes per batch (Beam's buffers, Arrow IPC bytes, kernel outputs); left
+as they are, glibc and Arrow's jemalloc hand large blocks back at once and every batch page-faults its
+memory in again. ``keep_freed_pages`` has glibc keep what it freed and Arrow allocate through glibc;
+``return_free_memory`` hands it all back once per checkpoint, since a worker's peaks are per checkpoint
+and its resident size would otherwise settle at its largest checkpoint's.
 """
 
 from __future__ import annotations

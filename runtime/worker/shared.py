@@ -1,10 +1,9 @@
 """Two Python sinks in one Python worker: a ``CoProcessFunction`` that hands each input to its own function.
 
-PyFlink starts one Python process per Python operator subtask, each ~220 MiB resident after its imports
-(PyFlink, Beam, pandas, Arrow, delta-rs) and ~2 s of CPU to start. Two sinks at parallelism 1 on
-independent streams (the ingest job's silver committer and gold writer) run as one two-input operator
-to save a worker. Each input keeps its own marker stream (its own ``CheckpointEpochOperator``) and its
-function follows its own protocol; the functions share nothing but the process.
+PyFlink starts one Python process per Python operator subtask, each with its own copy of PyFlink, Beam,
+Arrow and delta-rs. Two sinks at parallelism 1 on independent streams (the ingest job's silver committer
+and gold writer) run as one two-input operator to save a worker. Each input keeps its own marker stream
+and its function follows its own protocol; the functions share nothing but the process.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """Start-up of the local MiniCluster's Python workers: they run without pandas.
 
-``flink_runtime.launch_gateway`` puts this folder first on the ``PYTHONPATH`` of the JVM it starts, so
-the interpreter runs this module at the start of every Python worker that JVM starts, and nowhere else.
-Apache Beam's type hints import pandas whenever it is installed (``apache_beam.typehints``), for pandas
-UDFs lakestream has none of: about 34 MiB of each worker's resident memory and 0.3 s of CPU at its
-start. Here pandas is unimportable, as if it were not installed, which Beam, PyFlink's DataStream
-runtime, pyarrow and delta-rs all handle. Then the interpreter's own ``sitecustomize``, if any, runs.
+``runtime.flink_env.launch_gateway`` puts this folder first on the ``PYTHONPATH`` of the JVM it starts,
+so this module runs at the start of every Python worker that JVM starts, and nowhere else. Beam's type
+hints import pandas whenever it is installed, for pandas UDFs lakestream has none of; here pandas is
+unimportable, which Beam, PyFlink's DataStream runtime, pyarrow and delta-rs all handle, and each worker
+starts smaller and sooner. Then the interpreter's own ``sitecustomize``, if any, runs.
 """
 
 from __future__ import annotations
