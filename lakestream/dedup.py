@@ -1,6 +1,6 @@
 """De-duplication by event id: ids remembered for a TTL of processing time, the reference of the rule.
 
-The streaming job runs this rule in Flink keyed state (``io.lakestream.flink.KeyedDedupEpochOperator``,
+The streaming job runs this rule in Flink keyed state (``io.lakestream.flink.ingest.KeyedDedupEpochOperator``,
 tested against a port of ``first_seen``); ``DedupCache`` is the plain-Python definition for tests and
 batch recomputes. The contract: DESIGN.md section 2.
 """

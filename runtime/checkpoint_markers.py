@@ -1,4 +1,4 @@
-"""Python side of the in-band checkpoint markers emitted by ``io.lakestream.flink.CheckpointEpochOperator``.
+"""Python side of the in-band checkpoint markers of ``io.lakestream.flink.epoch.CheckpointEpochOperator``.
 
 PyFlink gives Python functions no checkpoint hooks; the Java operator chained right before a Python
 sink turns Flink's checkpoint lifecycle into records that arrive in order with the data. Each record
@@ -26,7 +26,7 @@ KIND_NAMES: Final = {
     END_OF_INPUT: "END",
 }
 
-_OPERATOR_CLASS: Final = "io.lakestream.flink.CheckpointEpochOperator"
+_OPERATOR_CLASS: Final = "io.lakestream.flink.epoch.CheckpointEpochOperator"
 
 
 class Marker(NamedTuple):
@@ -75,7 +75,7 @@ def with_checkpoint_markers(
     from pyflink.java_gateway import get_gateway
 
     jvm = get_gateway().jvm
-    operator_cls = jvm.io.lakestream.flink.CheckpointEpochOperator
+    operator_cls = jvm.io.lakestream.flink.epoch.CheckpointEpochOperator
     j_stream = stream._j_data_stream
     out_type = operator_cls.outputType(j_stream.getType())
     j_out = j_stream.transform(name, out_type, operator_cls()).uid(uid)
@@ -89,7 +89,7 @@ def kafka_batches_with_markers(
 ) -> DataStream:
     """Pack ``KafkaRecordToRow`` rows into per-partition batches, with checkpoint markers in between.
 
-    ``io.lakestream.flink.KafkaBatchEpochOperator``: like ``with_checkpoint_markers`` (same marker rows,
+    ``io.lakestream.flink.kafka.KafkaBatchEpochOperator``: like ``with_checkpoint_markers`` (same marker rows,
     same forward/parallelism contract), but each DATA payload carries up to ``batch_size`` records of one
     Kafka partition, flushed at the latest every ``batch_time_ms`` and always before a checkpoint
     barrier, so one Java/Python crossing carries thousands of records.
@@ -98,7 +98,7 @@ def kafka_batches_with_markers(
     from pyflink.java_gateway import get_gateway
 
     jvm = get_gateway().jvm
-    operator_cls = jvm.io.lakestream.flink.KafkaBatchEpochOperator
+    operator_cls = jvm.io.lakestream.flink.kafka.KafkaBatchEpochOperator
     j_stream = stream._j_data_stream
     operator = operator_cls(batch_size, batch_time_ms)
     j_out = j_stream.transform(name, operator_cls.markedBatchType(), operator).uid(uid)

@@ -45,7 +45,7 @@ def event_time_gate(
     j_seeds = jvm.java.util.HashMap()
     for split, newest in sorted((seeds or {}).items()):
         j_seeds.put(split, jvm.java.lang.Long.valueOf(int(newest)))
-    operator = jvm.io.lakestream.flink.EventTimeGate(
+    operator = jvm.io.lakestream.flink.ingest.EventTimeGate(
         _millis(max_out_of_orderness), max(0, _millis(idleness_timeout)), j_seeds
     )
     j_stream = stream._j_data_stream
@@ -74,9 +74,9 @@ def dedup_by_key(
         raise ValueError(f"event_time.dedup_ttl: must be positive, got {ttl}")
     jvm = get_gateway().jvm
     flink = jvm.io.lakestream.flink
-    keyed = stream._j_data_stream.keyBy(flink.BucketKeySelector(max_parallelism))
-    operator = flink.KeyedDedupEpochOperator(
+    keyed = stream._j_data_stream.keyBy(flink.ingest.BucketKeySelector(max_parallelism))
+    operator = flink.ingest.KeyedDedupEpochOperator(
         _millis(ttl), batch_size, max(1, _millis(batch_time)), max_parallelism
     )
-    out_type = flink.KeyedDedupEpochOperator.markedResolveBatchType()
+    out_type = flink.ingest.KeyedDedupEpochOperator.markedResolveBatchType()
     return DataStream(keyed.transform(name, out_type, operator).uid(uid))

@@ -32,6 +32,7 @@ from runtime.checkpoint_markers import DATA, KIND_FIELD, OPEN, PAYLOAD_FIELD, Ma
 from runtime.worker.bundles import skip_sampler_waits
 from sinks.flink.delta_sink import DeltaSinkSpec, TableWriters
 from sinks.flink.global_commit import SecondSink
+from sinks.table_spec import TableSpec
 from udfs.ingest_rows import string_list
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -107,12 +108,14 @@ def gold_spec(cfg: Config, job_name: str) -> DeltaSinkSpec:
     """The realtime writer of the gold table: an upsert by window start, app ids of ``job_name``."""
     table = cfg.gold.table
     return DeltaSinkSpec(
-        table_uri=cfg.lakehouse.table_uri(table),
+        table=TableSpec(
+            table_uri=cfg.lakehouse.table_uri(table),
+            schema=GOLD_SCHEMA,
+            mode="upsert",
+            merge=GOLD_MERGE,
+            target_file_size=cfg.tables.merge_target_file_size_mb * 1024 * 1024,
+        ),
         app_prefix=f"{job_name}/{table}",
-        schema=GOLD_SCHEMA,
-        mode="upsert",
-        merge=GOLD_MERGE,
-        target_file_size=cfg.tables.merge_target_file_size_mb * 1024 * 1024,
     )
 
 
@@ -171,7 +174,7 @@ class GoldSinkFunction(ProcessFunction):  # type: ignore[misc]
         if Marker.of(value).kind == OPEN:
             from lakestream.gold import ensure_gold_table
 
-            ensure_gold_table(self.spec.table_uri)
+            ensure_gold_table(self.spec.table.table_uri)
         yield from self.tables.on_marker(value)
 
     def close(self) -> None:
@@ -203,42 +206,42 @@ def speed_layer(
     from pyflink.java_gateway import get_gateway
 
     jvm = get_gateway().jvm
-    flink = jvm.io.lakestream.flink
+    gold, ingest = jvm.io.lakestream.flink.gold, jvm.io.lakestream.flink.ingest
     settings = GoldSettings.from_config(cfg)
     metrics = java_metrics()
-    j_side = deduped._j_data_stream.getSideOutput(flink.KeyedDedupEpochOperator.GOLD_EVENTS)
-    cut = flink.GoldLatenessGate.NO_CUT if lineage_start_ms is None else int(lineage_start_ms)
-    gate = flink.GoldLatenessGate(
+    j_side = deduped._j_data_stream.getSideOutput(ingest.KeyedDedupEpochOperator.GOLD_EVENTS)
+    cut = gold.GoldLatenessGate.NO_CUT if lineage_start_ms is None else int(lineage_start_ms)
+    gate = gold.GoldLatenessGate(
         _ms(settings.window),
         _ms(settings.allowed_lateness),
         cut,
         metrics,
-        flink.GoldLatenessGate.DEFAULT_MAX_BUFFERED,
+        gold.GoldLatenessGate.DEFAULT_MAX_BUFFERED,
     )
     j_partials = (
-        j_side.transform("gold lateness gate + partials", flink.GoldLatenessGate.PARTIAL_TYPE, gate)
+        j_side.transform("gold lateness gate + partials", gold.GoldLatenessGate.PARTIAL_TYPE, gate)
         .uid("ingest-gold-lateness")
         .setParallelism(parallelism)
     )
-    aggregate = flink.GoldWindowAggregate(
+    aggregate = gold.GoldWindowAggregate(
         _ms(settings.window), _ms(settings.allowed_lateness), _ms(state_ttl(cfg)), metrics
     )
     j_rows = (
-        j_partials.keyBy(flink.GoldWindowAggregate.BY_WINDOW_START)
-        .transform("gold windows", flink.GoldWindowAggregate.outputType(metrics), aggregate)
+        j_partials.keyBy(gold.GoldWindowAggregate.BY_WINDOW_START)
+        .transform("gold windows", gold.GoldWindowAggregate.outputType(metrics), aggregate)
         .uid(aggregate_uid(settings))
         .setParallelism(1)
     )
     fields = get_gateway().new_array(jvm.java.lang.String, len(EXPORTED))
     for i, name in enumerate(EXPORTED):
         fields[i] = name
-    upsert = flink.GoldUpsertEpochOperator("window_start", "window_end", fields, 2, 2)
+    upsert = gold.GoldUpsertEpochOperator("window_start", "window_end", fields, 2, 2)
     # The event-time watermarks, without records, as the stamp's second input: the rows of the
     # aggregate (parallelism 1) carry no useful watermark of their own.
-    j_watermarks = j_partials.getSideOutput(flink.GoldLatenessGate.WATERMARKS)
+    j_watermarks = j_partials.getSideOutput(gold.GoldLatenessGate.WATERMARKS)
     j_marked = (
         j_rows.connect(j_watermarks)
-        .transform("gold rows + markers", flink.GoldUpsertEpochOperator.markedPayloadType(fields), upsert)
+        .transform("gold rows + markers", gold.GoldUpsertEpochOperator.markedPayloadType(fields), upsert)
         .uid("ingest-gold-upsert-markers")
         .setParallelism(1)
     )
@@ -259,7 +262,7 @@ def java_metrics() -> Any:
         return out
 
     names, kinds, aggregates, columns = metric_spec()
-    return jvm.io.lakestream.flink.GoldMetrics(
+    return jvm.io.lakestream.flink.gold.GoldMetrics(
         array(jvm.java.lang.String, names),
         array(jvm.int, kinds),
         array(jvm.java.lang.String, aggregates),

@@ -122,7 +122,7 @@ class ResolveBatch(NamedTuple):
     event_count: int
 
 
-#: Late watermark of an on-time event (``io.lakestream.flink.EventTimeGate.NOT_LATE``).
+#: Late watermark of an on-time event (``io.lakestream.flink.ingest.EventTimeGate.NOT_LATE``).
 NOT_LATE = -(2**63)
 
 

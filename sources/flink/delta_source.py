@@ -179,7 +179,7 @@ def tick_stream(
 
     jvm = get_gateway().jvm
     count = UNBOUNDED_TICKS if ticks is None else int(ticks)
-    j_source = jvm.io.lakestream.flink.TickGenerator.source(count, 1.0 / poll_interval_s)
+    j_source = jvm.io.lakestream.flink.epoch.TickGenerator.source(count, 1.0 / poll_interval_s)
     stream = env.from_source(Source(j_source), WatermarkStrategy.no_watermarks(), name, Types.LONG())
     return stream.uid(uid if ticks is None else f"{uid}-bounded").set_parallelism(1)
 

@@ -1,7 +1,7 @@
 """The Kafka source of every lakestream job: raw bytes plus Kafka coordinates, never a parse failure.
 
 Records come out as Rows ``(topic, partition, offset, timestamp, key, value)`` built on the JVM by
-``io.lakestream.flink.KafkaRecordToRow``, so binary garbage reaches the adapters (and quarantine)
+``io.lakestream.flink.kafka.KafkaRecordToRow``, so binary garbage reaches the adapters (and quarantine)
 instead of failing inside a deserializer, and bronze keeps full lineage.
 """
 
@@ -98,14 +98,14 @@ def kafka_records(
         builder = builder.set_bounded(KafkaOffsetsInitializer.latest())
     # PyFlink only offers value-only deserializers; set ours on the Java builder directly.
     jvm = get_gateway().jvm
-    builder._j_builder.setDeserializer(jvm.io.lakestream.flink.KafkaRecordToRow())
+    builder._j_builder.setDeserializer(jvm.io.lakestream.flink.kafka.KafkaRecordToRow())
     source = builder.build()
     if bounded:
         # Flink's bounded Kafka source never finishes once restored from a checkpoint (FLINK-31006);
         # the wrapper signals the end its restored enumerator forgets. Same state, same uid.
         from pyflink.datastream.connectors import Source
 
-        source = Source(jvm.io.lakestream.flink.BoundedKafkaSource(source.get_java_function()))
+        source = Source(jvm.io.lakestream.flink.kafka.BoundedKafkaSource(source.get_java_function()))
     # Watermarks are assigned after the adapters, where event time is known.
     stream = env.from_source(source, WatermarkStrategy.no_watermarks(), name)
     return stream.uid(uid)
@@ -207,7 +207,7 @@ def resolve_start_offsets(
             if key in recorded:
                 offset = recorded[key]
                 if offset > end:
-                    from flink_jobs.resume import ResumeError
+                    from lakestream.progress import ResumeError
 
                     raise ResumeError(
                         f"kafka topic {tp.topic!r} partition {tp.partition} ends at offset {end}, but the "

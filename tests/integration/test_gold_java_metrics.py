@@ -98,13 +98,13 @@ def test_the_java_operators_equal_the_reference(tmp_path: Path) -> None:
     parts = [_part(s) for s in slices]
     window_ms = settings.window // timedelta(milliseconds=1)
     lateness_ms = settings.allowed_lateness // timedelta(milliseconds=1)
-    gate = flink.GoldLatenessGate(window_ms, lateness_ms, flink.GoldLatenessGate.NO_CUT, metrics, 1)
+    gate = flink.gold.GoldLatenessGate(window_ms, lateness_ms, flink.gold.GoldLatenessGate.NO_CUT, metrics, 1)
     source = env.from_collection(parts, type_info=part_type)
-    j_partials = source._j_data_stream.transform("gate", flink.GoldLatenessGate.PARTIAL_TYPE, gate)
-    aggregate = flink.GoldWindowAggregate(window_ms, lateness_ms, 3_600_000, metrics)
+    j_partials = source._j_data_stream.transform("gate", flink.gold.GoldLatenessGate.PARTIAL_TYPE, gate)
+    aggregate = flink.gold.GoldWindowAggregate(window_ms, lateness_ms, 3_600_000, metrics)
     j_rows = (
-        j_partials.keyBy(flink.GoldWindowAggregate.BY_WINDOW_START)
-        .transform("aggregate", flink.GoldWindowAggregate.outputType(metrics), aggregate)
+        j_partials.keyBy(flink.gold.GoldWindowAggregate.BY_WINDOW_START)
+        .transform("aggregate", flink.gold.GoldWindowAggregate.outputType(metrics), aggregate)
         .setParallelism(1)
     )
     latest: dict[int, Any] = {}

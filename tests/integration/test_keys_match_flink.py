@@ -29,7 +29,7 @@ PROBE = textwrap.dedent(
     from pyflink.java_gateway import get_gateway
     jvm = get_gateway().jvm
     kgra = jvm.org.apache.flink.runtime.state.KeyGroupRangeAssignment
-    selector = jvm.io.lakestream.flink.BucketKeySelector
+    selector = jvm.io.lakestream.flink.ingest.BucketKeySelector
     bad = []
     for max_p in (1, 7, 128, 1000):
         for p in sorted({1, 2, 3, 5, 8, max_p}):

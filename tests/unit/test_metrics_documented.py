@@ -16,7 +16,8 @@ REGISTERS = re.compile(r"""\.(?:counter|gauge|distribution|meter)\(\s*["']([A-Za
 def registered() -> set[str]:
     names = set(COMMIT_GAUGES) | set(STAGER_GAUGES) | set(SOURCE_GAUGES) | set(fold_gauges(lambda: None))
     packages = ("udfs", "sinks", "sources", "runtime")
-    files = [*(p for pkg in packages for p in ROOT.glob(f"{pkg}/**/*.py")), *ROOT.glob("jvm/src/main/java/**/*.java")]
+    files = [p for pkg in packages for p in ROOT.glob(f"{pkg}/**/*.py")]
+    files += ROOT.glob("jvm/src/main/java/**/*.java")
     for path in files:
         names |= set(REGISTERS.findall(path.read_text(encoding="utf-8")))
     return names

@@ -32,6 +32,7 @@ from runtime.checkpoint_markers import (
 from runtime.flink_env import build_env
 from sinks.flink.delta_sink import DeltaSinkSpec, TableWriters
 from sinks.flink.global_commit import COMMITTABLE_TYPE, commit_globally, committable_row
+from sinks.table_spec import TableSpec
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
 
@@ -87,7 +88,7 @@ def main() -> None:
     }
     env = build_env(cfg, checkpoint_dir=ckpt, extra=extra)
     jvm = get_gateway().jvm
-    j_source = jvm.io.lakestream.flink.TickGenerator.source(int(rows), 400.0)
+    j_source = jvm.io.lakestream.flink.epoch.TickGenerator.source(int(rows), 400.0)
     ticks = env.from_source(Source(j_source), WatermarkStrategy.no_watermarks(), "ticks", Types.LONG())
     ticks = ticks.uid("gc-ticks")
     rows_ds = (
@@ -95,7 +96,9 @@ def main() -> None:
         .name("rows")
         .uid("gc-rows")
     )
-    spec = DeltaSinkSpec(table_uri=table_uri, app_prefix="gc/t", schema=SCHEMA, commit="global")
+    spec = DeltaSinkSpec(
+        table=TableSpec(table_uri=table_uri, schema=SCHEMA), app_prefix="gc/t", commit="global"
+    )
     marked = with_checkpoint_markers(rows_ds, name="writer markers", uid="gc-writer-markers")
     committables = (
         marked.process(GlobalWriter(spec, int(fail_after), marker), output_type=COMMITTABLE_TYPE)

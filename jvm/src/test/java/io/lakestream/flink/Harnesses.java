@@ -21,15 +21,19 @@ import org.apache.flink.streaming.util.KeyedOneInputStreamOperatorTestHarness;
 import org.apache.flink.streaming.util.OneInputStreamOperatorTestHarness;
 import org.apache.flink.types.Row;
 
-/** Harness construction, rescaling and row builders shared by the operator tests. */
-final class Harnesses {
+import io.lakestream.flink.epoch.CheckpointEpochOperator;
+import io.lakestream.flink.ingest.BucketKeySelector;
+import io.lakestream.flink.ingest.EventTimeGate;
 
-    static final int MAX_PARALLELISM = 128;
+/** Harness construction, rescaling and row builders shared by the operator tests. */
+public final class Harnesses {
+
+    public static final int MAX_PARALLELISM = 128;
 
     private Harnesses() {}
 
     /** A task environment of one subtask of job {@code job}. */
-    static MockEnvironment env(JobID job, int maxParallelism, int parallelism, int subtask) {
+    public static MockEnvironment env(JobID job, int maxParallelism, int parallelism, int subtask) {
         return new MockEnvironmentBuilder()
                 .setTaskName("test")
                 .setJobID(job)
@@ -42,14 +46,14 @@ final class Harnesses {
                 .build();
     }
 
-    static <IN> OneInputStreamOperatorTestHarness<IN, Row> oneInput(
+    public static <IN> OneInputStreamOperatorTestHarness<IN, Row> oneInput(
             OneInputStreamOperator<IN, Row> operator, JobID job, int parallelism, int subtask)
             throws Exception {
         return new OneInputStreamOperatorTestHarness<>(
                 operator, env(job, MAX_PARALLELISM, parallelism, subtask));
     }
 
-    static KeyedOneInputStreamOperatorTestHarness<Integer, Row, Row> keyed(
+    public static KeyedOneInputStreamOperatorTestHarness<Integer, Row, Row> keyed(
             OneInputStreamOperator<Row, Row> operator,
             JobID job,
             int maxParallelism,
@@ -67,7 +71,7 @@ final class Harnesses {
         return harness;
     }
 
-    static StateBackend backend(String name) {
+    public static StateBackend backend(String name) {
         switch (name) {
             case "hashmap":
                 return new HashMapStateBackend();
@@ -79,7 +83,7 @@ final class Harnesses {
     }
 
     /** The state subtask {@code subtask} of {@code newParallelism} gets from these snapshots. */
-    static OperatorSubtaskState rescale(
+    public static OperatorSubtaskState rescale(
             List<OperatorSubtaskState> snapshots, int maxParallelism, int newParallelism, int subtask)
             throws Exception {
         OperatorSubtaskState merged =
@@ -91,31 +95,31 @@ final class Harnesses {
 
     // ---- marker rows (CheckpointEpochOperator.outputType)
 
-    static int kind(Row marker) {
+    public static int kind(Row marker) {
         return (Integer) marker.getField(0);
     }
 
-    static long checkpointId(Row marker) {
+    public static long checkpointId(Row marker) {
         return (Long) marker.getField(1);
     }
 
-    static String runId(Row marker) {
+    public static String runId(Row marker) {
         return (String) marker.getField(4);
     }
 
-    static Row payload(Row marker) {
+    public static Row payload(Row marker) {
         return (Row) marker.getField(5);
     }
 
     /** The marker rows emitted so far, and clears the output. */
-    static List<Row> drain(AbstractStreamOperatorTestHarness<Row> harness) {
+    public static List<Row> drain(AbstractStreamOperatorTestHarness<Row> harness) {
         List<Row> rows = new ArrayList<>(harness.extractOutputValues());
         harness.getOutput().clear();
         return rows;
     }
 
     /** The kinds of the marker rows, in order. */
-    static List<Integer> kinds(List<Row> markers) {
+    public static List<Integer> kinds(List<Row> markers) {
         List<Integer> kinds = new ArrayList<>();
         for (Row m : markers) {
             kinds.add(kind(m));
@@ -124,7 +128,7 @@ final class Harnesses {
     }
 
     /** The DATA payloads among the marker rows, in order. */
-    static List<Row> payloads(List<Row> markers) {
+    public static List<Row> payloads(List<Row> markers) {
         List<Row> out = new ArrayList<>();
         for (Row m : markers) {
             if (kind(m) == CheckpointEpochOperator.DATA) {
@@ -134,20 +138,20 @@ final class Harnesses {
         return out;
     }
 
-    static void assertOpen(Row marker, long restored, String runId, int subtask, int parallelism) {
+    public static void assertOpen(Row marker, long restored, String runId, int subtask, int parallelism) {
         assertEquals(
                 Row.of(CheckpointEpochOperator.OPEN, restored, subtask, parallelism, runId, null), marker);
     }
 
     // ---- gate rows (standardise's BATCH_TYPE)
 
-    static Row header(String split, long... eventTimes) {
+    public static Row header(String split, long... eventTimes) {
         return Row.of(split, EventTimeGate.HEADER, eventTimes, new int[0], new int[0], new long[0],
                 new long[0], null, null);
     }
 
     /** A part row; ids are {@code (hi, lo)} pairs, buckets per event. */
-    static Row part(
+    public static Row part(
             String split, int part, long[] eventTimes, int[] positions, int[] buckets, long[] idHi,
             long[] idLo, byte[] events) {
         return Row.of(split, part, eventTimes, positions, buckets, idHi, idLo, null, events);
@@ -157,7 +161,7 @@ final class Harnesses {
      * A part row with the speed layer's columns: per event its kind, amount in fen (or {@link
      * EventTimeGate#NO_AMOUNT}), order and user ids; arrival watermarks left for the gate.
      */
-    static Row goldPart(
+    public static Row goldPart(
             String split, int part, long[] eventTimes, int[] positions, int[] buckets, long[] idHi,
             long[] idLo, byte[] kinds, long[] amounts, String[] orders, String[] users) {
         Row row = new Row(EventTimeGate.GOLD_ARITY);
@@ -172,7 +176,7 @@ final class Harnesses {
         return row;
     }
 
-    static StreamRecord<Row> record(Row row) {
+    public static StreamRecord<Row> record(Row row) {
         return new StreamRecord<>(row);
     }
 }
