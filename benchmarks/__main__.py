@@ -549,7 +549,7 @@ def _serve_bench(a: argparse.Namespace) -> dict[str, Any]:
     (out_dir / "serve.json").write_text(json.dumps(res, indent=2, default=str), encoding="utf-8")
     md = serve_latency.markdown(res)
     if not a.no_readme:
-        serve_latency.update_readme(ROOT / "README.md", md)
+        serve_latency.update_readme(ROOT / "benchmarks" / "RESULTS.md", md)
     print(md, flush=True)
     return res
 
@@ -620,7 +620,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--set", action="append", default=[], help="extra Flink setting for lakestream runs")
     p.add_argument("--batch-rows", type=int)
-    p.add_argument("--no-readme", action="store_true")
+    p.add_argument(
+        "--no-readme", action="store_true", help="leave the generated block of benchmarks/RESULTS.md as it is"
+    )
     p.add_argument(
         "--gold-compare",
         action="store_true",
@@ -917,7 +919,7 @@ def main(argv: list[str] | None = None) -> int:
     md = report.markdown(results)
     (out_dir / "results.md").write_text(md, encoding="utf-8")
     if not a.no_readme:
-        report.update_readme(ROOT / "README.md", md)
+        report.update_readme(ROOT / "benchmarks" / "RESULTS.md", md)
     print(md)
     return 0
 

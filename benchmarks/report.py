@@ -624,14 +624,16 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(prog="python -m benchmarks.report")
     p.add_argument("results", nargs="?", default=str(paths.STATE_DIR / "bench" / "results.json"))
-    p.add_argument("--no-readme", action="store_true")
+    p.add_argument(
+        "--no-readme", action="store_true", help="leave the generated block of benchmarks/RESULTS.md as it is"
+    )
     a = p.parse_args(argv)
     path = Path(a.results)
     results = json.loads(path.read_text(encoding="utf-8"))
     md = markdown(results)
     (path.parent / "results.md").write_text(md, encoding="utf-8")
     if not a.no_readme:
-        update_readme(paths.PROJECT_ROOT / "README.md", md)
+        update_readme(paths.PROJECT_ROOT / "benchmarks" / "RESULTS.md", md)
     print(md)
     return 0
 

@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("result", nargs="?", default=str(paths.STATE_DIR / "bench" / "serve.json"))
     a = p.parse_args(argv)
     md = markdown(json.loads(Path(a.result).read_text(encoding="utf-8")))
-    update_readme(paths.PROJECT_ROOT / "README.md", md)
+    update_readme(paths.PROJECT_ROOT / "benchmarks" / "RESULTS.md", md)
     print(md)
     return 0
 
