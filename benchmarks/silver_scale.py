@@ -398,14 +398,14 @@ def build_tables(root: Path, n: int, layouts: Sequence[str], s: Settings) -> dic
     from sinks.table_spec import TableSpec
 
     specs = {
-        "cow": TableSpec.of(
+        "cow": TableSpec(
             table_uri=str(root / "cow"),
             schema=SILVER_SCHEMA,
             mode="merge",
             merge=SILVER_MERGE,
             target_file_size=FILE_SIZE,
         ),
-        "mor": TableSpec.of(
+        "mor": TableSpec(
             table_uri=str(root / "mor_snapshot"),
             schema=SILVER_MOR_SCHEMA,
             mode="merge",
@@ -560,6 +560,7 @@ def run_mor(root: Path, n: int, s: Settings, checkpoints: int) -> dict[str, Any]
     """The merge-on-read layout at size ``n``."""
     from merge_on_read.fold_changes import pending_changes
     from merge_on_read.table import MergeOnReadTable, read_current
+    from sinks.table_spec import TableSpec
     from sinks.writer import TwoPhaseDeltaWriter
 
     table = MergeOnReadTable(
@@ -572,12 +573,14 @@ def run_mor(root: Path, n: int, s: Settings, checkpoints: int) -> dict[str, Any]
         target_file_size=FILE_SIZE,
     )
     w = TwoPhaseDeltaWriter(
-        table_uri=table.changes_uri,
+        spec=TableSpec(
+            table_uri=table.changes_uri,
+            schema=SILVER_SCHEMA,
+            mode="changes",
+            merge=SILVER_MERGE,
+            sequence_column=CHANGE_SEQ,
+        ),
         app_prefix="bench",
-        schema=SILVER_SCHEMA,
-        mode="changes",
-        merge=SILVER_MERGE,
-        sequence_column=CHANGE_SEQ,
     )
     w.open(restored_checkpoint_id=None, run_id="r1", subtask=0, parallelism=1)
     rng = np.random.default_rng(s.seed + 1)
@@ -638,15 +641,18 @@ def run_mor(root: Path, n: int, s: Settings, checkpoints: int) -> dict[str, Any]
 
 def run_cow(root: Path, n: int, s: Settings, checkpoints: int, capped: bool) -> dict[str, Any]:
     """The copy-on-write layout at size ``n`` (one MERGE per checkpoint)."""
+    from sinks.table_spec import TableSpec
     from sinks.writer import TwoPhaseDeltaWriter
 
     w = TwoPhaseDeltaWriter(
-        table_uri=str(root / "cow"),
+        spec=TableSpec(
+            table_uri=str(root / "cow"),
+            schema=SILVER_SCHEMA,
+            mode="merge",
+            merge=SILVER_MERGE,
+            target_file_size=FILE_SIZE,
+        ),
         app_prefix="bench",
-        schema=SILVER_SCHEMA,
-        mode="merge",
-        merge=SILVER_MERGE,
-        target_file_size=FILE_SIZE,
     )
     w.open(restored_checkpoint_id=None, run_id="r1", subtask=0, parallelism=1)
     rng = np.random.default_rng(s.seed + 1)

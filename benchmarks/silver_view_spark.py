@@ -33,6 +33,7 @@ from lakestream.silver import (
 )
 from merge_on_read.fold_changes import fold_once
 from merge_on_read.table import MergeOnReadTable, read_current, view_sql
+from sinks.table_spec import TableSpec
 from sinks.writer import TwoPhaseDeltaWriter
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
@@ -64,12 +65,14 @@ def build(root: Path, seed: int) -> tuple[MergeOnReadTable, list[dict[str, Any]]
         str(root / "orders"), str(root / "orders_changes"), SILVER_MOR_SCHEMA, SILVER_MOR_MERGE, CHANGE_SEQ
     )
     writer = TwoPhaseDeltaWriter(
-        table_uri=table.changes_uri,
+        spec=TableSpec(
+            table_uri=table.changes_uri,
+            schema=SILVER_SCHEMA,
+            mode="changes",
+            merge=SILVER_MERGE,
+            sequence_column=CHANGE_SEQ,
+        ),
         app_prefix="check",
-        schema=SILVER_SCHEMA,
-        mode="changes",
-        merge=SILVER_MERGE,
-        sequence_column=CHANGE_SEQ,
     )
     writer.open(restored_checkpoint_id=None, run_id="r1", subtask=0, parallelism=1)
     applied: list[dict[str, Any]] = []

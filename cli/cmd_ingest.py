@@ -35,7 +35,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         name="ingest",
         topics=sorted(set(cfg.kafka.topics.values())),
         group_id=cfg.kafka.group_id,
-        progress_table=(bronze.table_uri, bronze.app_prefix),
+        progress_table=(bronze.table.table_uri, bronze.app_prefix),
         tables=list(specs.values()),
         starting_offsets=cfg.kafka.starting_offsets,
         build=build_ingest_job,

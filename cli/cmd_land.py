@@ -39,7 +39,7 @@ def cmd_land(args: argparse.Namespace) -> int:
         name=f"land/{args.table}",
         topics=args.topic,
         group_id=landing_group(cfg),
-        progress_table=(spec.table_uri, spec.app_prefix),
+        progress_table=(spec.table.table_uri, spec.app_prefix),
         tables=[spec],
         starting_offsets=args.starting_offsets,
         build=functools.partial(

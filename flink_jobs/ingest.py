@@ -71,9 +71,12 @@ def table_specs(cfg: Config, job_name: str = JOB_NAME) -> dict[str, Any]:
     to tell whether a run ended and to settle one."""
     from lakestream.silver import SILVER_MERGE, SILVER_SCHEMA
     from lakestream.standard import BRONZE_SCHEMA, LATE_SCHEMA, QUARANTINE_SCHEMA
+    from sinks.committable import CommitMode
     from sinks.flink.delta_sink import DeltaSinkSpec
+    from sinks.table_spec import TableSpec
 
-    def spec(table: str, schema: Any, **options: Any) -> Any:
+    def spec(table: str, schema: Any, *, commit: CommitMode = "subtask", **options: Any) -> Any:
+        """The sink of ``table``; ``options`` are ``TableSpec`` fields."""
         partition_by = cfg.tables.partition_by(table)
         unknown = [c for c in partition_by if c not in schema.names]
         if unknown:
@@ -85,12 +88,15 @@ def table_specs(cfg: Config, job_name: str = JOB_NAME) -> dict[str, Any]:
         merged = options.get("mode", "append") != "append"
         size_mb = cfg.tables.merge_target_file_size_mb if merged else cfg.tables.target_file_size_mb
         return DeltaSinkSpec(
-            table_uri=cfg.lakehouse.table_uri(table),
+            table=TableSpec(
+                table_uri=cfg.lakehouse.table_uri(table),
+                schema=schema,
+                partition_by=partition_by,
+                target_file_size=size_mb * 1024 * 1024,
+                **options,
+            ),
             app_prefix=f"{job_name}/{table}",
-            schema=schema,
-            partition_by=partition_by,
-            target_file_size=size_mb * 1024 * 1024,
-            **options,
+            commit=commit,
         )
 
     from udfs.ingest_gold import gold_spec
@@ -101,13 +107,15 @@ def table_specs(cfg: Config, job_name: str = JOB_NAME) -> dict[str, Any]:
         from merge_on_read.fold_schedule import FoldSchedule, FoldTask
 
         silver = DeltaSinkSpec(
-            table_uri=cfg.lakehouse.table_uri(SILVER_CHANGES_TABLE),
+            table=TableSpec(
+                table_uri=cfg.lakehouse.table_uri(SILVER_CHANGES_TABLE),
+                schema=SILVER_SCHEMA,
+                mode="changes",
+                merge=SILVER_MERGE,
+                sequence_column=CHANGE_SEQ,
+                freshness_column=LAST_EVENT_TIME,
+            ),
             app_prefix=f"{job_name}/{SILVER_CHANGES_TABLE}",
-            schema=SILVER_SCHEMA,
-            mode="changes",
-            merge=SILVER_MERGE,
-            sequence_column=CHANGE_SEQ,
-            freshness_column=LAST_EVENT_TIME,
             commit="global",
             fold=FoldTask(
                 silver_mor_table(cfg),

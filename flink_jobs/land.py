@@ -16,6 +16,7 @@ import pyarrow as pa
 from lakestream.config import Config
 from runtime.flink_env import build_env
 from sinks.flink.delta_sink import DeltaSinkSpec, sink_to_delta
+from sinks.table_spec import TableSpec
 from sources.flink.kafka_input import EndOffsets, StartingOffsets, kafka_records
 
 LANDING_SCHEMA = pa.schema(
@@ -44,11 +45,13 @@ def landing_group(cfg: Config) -> str:
 def landing_spec(cfg: Config, table: str, job_name: str = "lakestream-land") -> DeltaSinkSpec:
     """The landing table's sink: its app prefix names the txn app ids, so keep ``job_name`` stable."""
     return DeltaSinkSpec(
-        table_uri=cfg.lakehouse.table_uri(table),
+        table=TableSpec(
+            table_uri=cfg.lakehouse.table_uri(table),
+            schema=LANDING_SCHEMA,
+            mode="append",
+            partition_by=("topic",),
+        ),
         app_prefix=f"{job_name}/{table}",
-        schema=LANDING_SCHEMA,
-        mode="append",
-        partition_by=("topic",),
         kafka_progress=True,
     )
 

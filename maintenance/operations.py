@@ -12,19 +12,18 @@ Every commit made here carries ``lakestream.maintenance`` (the operation) in its
 from __future__ import annotations
 
 import logging
-import random
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any
+from datetime import datetime
+from typing import Any, NoReturn
 
 from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from lakestream.config import Config
-from maintenance.errors import ConflictError, MaintenanceError, RefusedError, TableMissingError
+from lakestream.time import parse_time, plain_utc
 from maintenance.facts import (
     TableRef,
     manifests,
@@ -33,6 +32,7 @@ from maintenance.facts import (
     retention_facts,
     written_by_sink,
 )
+from maintenance.maintenance_errors import ConflictError, MaintenanceError, RefusedError, TableMissingError
 from maintenance.predicates import Filter, partition_filters
 from maintenance.retention import (
     CleanupVerdict,
@@ -48,6 +48,7 @@ from maintenance.rewrites import check_rewrite, find_commit, rewrite_lock
 from storage.parquet_encoding import writer_properties
 from storage.reader_positions import ReaderRecord, forget, read_records
 from storage.retry_policy import RetryPolicy
+from storage.time_travel import OutOfReachError, open_table_at
 
 log = logging.getLogger(__name__)
 
@@ -89,28 +90,24 @@ def with_retries(
 
     Only commit conflicts are retried; after ``retry.max_attempts`` of them ``ConflictError``.
     """
-    rng = random.Random()
-    for n in range(1, retry.max_attempts + 1):
-        dt = open_table(ref)
-        try:
-            return attempt(dt), n
-        except CommitFailedError as exc:
-            if n == retry.max_attempts:
-                raise ConflictError(
-                    f"{name} of {ref.name} lost the commit race against concurrent writers {n} times "
-                    f"(last: {str(exc).splitlines()[0]}); the table is unchanged. {fix}"
-                ) from exc
-            delay = retry.backoff_s(n, rng)
-            log.info(
-                "%s of %s conflicted (%s); retry %d in %.2fs",
-                name,
-                ref.name,
-                str(exc).splitlines()[0],
-                n,
-                delay,
-            )
-            sleep(delay)
-    raise AssertionError("unreachable")  # pragma: no cover
+
+    def once(n: int) -> tuple[dict[str, Any], int]:
+        return attempt(open_table(ref)), n
+
+    def on_retry(n: int, exc: CommitFailedError, delay: float) -> None:
+        log.info("%s of %s conflicted (%s); retry %d in %.2fs", name, ref.name, _first_line(exc), n, delay)
+
+    def exhausted(n: int, exc: CommitFailedError) -> NoReturn:
+        raise ConflictError(
+            f"{name} of {ref.name} lost the commit race against concurrent writers {n} times "
+            f"(last: {_first_line(exc)}); the table is unchanged. {fix}"
+        ) from exc
+
+    return retry.run(once, retry_on=CommitFailedError, exhausted=exhausted, on_retry=on_retry, sleep=sleep)
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,13 +281,6 @@ def _log_files(ref: TableRef) -> int:
     return sum(1 for p in (root / "_delta_log").iterdir() if p.is_file())
 
 
-def format_time(ms: Any) -> str:
-    """Epoch milliseconds as ``YYYY-MM-DD HH:MM:SS`` (UTC); ``?`` for anything else."""
-    if not isinstance(ms, int | float):
-        return "?"
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-
-
 def _detail(entry: Mapping[str, Any]) -> str:
     metrics = entry.get("operationMetrics") or {}
     parts = []
@@ -330,27 +320,25 @@ def history_lines(ref: TableRef, *, limit: int | None = 20) -> list[str]:
     for e in entries:
         version, when, operation = (
             e.get("version", "?"),
-            format_time(e.get("timestamp")),
+            plain_utc(e.get("timestamp"), suffix=False),
             str(e.get("operation", "?")),
         )
         lines.append(f"{version:>8}  {when:<19}  {operation:<20}  {_detail(e)}")
     return lines
 
 
-def resolve_restore_target(dt: DeltaTable, *, version: int | None, timestamp: str | None) -> int:
-    """The version ``--version`` or ``--timestamp`` names (the newest committed at or before it)."""
+def resolve_restore_target(uri: str, *, version: int | None, timestamp: str | None) -> int:
+    """The version ``--version`` or ``--timestamp`` names (the newest committed at or before it), when
+    the table's log still reaches it."""
     if version is not None:
-        return version
-    assert timestamp is not None
-    probe = DeltaTable(dt.table_uri)
+        at: int | datetime = version
+    else:
+        assert timestamp is not None
+        at = parse_time(timestamp, name="--timestamp", error=MaintenanceError)
     try:
-        probe.load_as_version(timestamp)
-    except (DeltaError, ValueError) as exc:
-        raise MaintenanceError(
-            f"--timestamp {timestamp!r}: {exc}; give an RFC 3339 time such as 2026-12-01T08:00:00Z, "
-            "at or after the table's first retained commit"
-        ) from None
-    return probe.version()
+        return open_table_at(uri, at, name="--version" if version is not None else "--timestamp").version()
+    except OutOfReachError as exc:
+        raise MaintenanceError(str(exc)) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -376,7 +364,7 @@ def restore(
     A table a lakestream sink writes needs ``force`` (``maintenance.retention.restore_verdict``).
     """
     dt = open_table(ref)
-    target = resolve_restore_target(dt, version=version, timestamp=timestamp)
+    target = resolve_restore_target(ref.uri, version=version, timestamp=timestamp)
     root = ref.local_root
     verdict = restore_verdict(
         target_version=target,

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from functools import partial
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import unquote
 
 import numpy as np
@@ -40,7 +40,7 @@ from lakestream.freshness import FRESHNESS_KEY, latest_freshness, newest
 from lakestream.merge_on_read_rule import current_rows, in_arrival_order
 from lakestream.merge_reduce import reduce_guarded
 from lakestream.merge_spec import quote_ident
-from lakestream.time import iso_utc
+from lakestream.time import iso_utc_ms
 from maintenance.facts import TableRef, now_ms
 from maintenance.rewrites import TableBusyError, rewrite_lock
 from merge_on_read.key_ranges import Cell, KeyFile, cells, key_files, owners
@@ -54,6 +54,7 @@ from merge_on_read.table import (
 )
 from storage.delta_log import open_filesystem
 from storage.parquet_encoding import writer_properties
+from storage.retry_policy import RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +138,8 @@ def _fold(
     file_rows: int | None,
     max_cell_rows: int,
 ) -> FoldResult:
-    for attempt in range(max_attempts):
+
+    def attempt(_n: int) -> FoldResult:
         snapshot.update_incremental()
         through = folded_through(snapshot)
         rows = changes_above(changes, through, table)
@@ -146,18 +148,12 @@ def _fold(
         new_through = int(pc.max(rows[table.seq]).as_py())
         plan = cell_plan(snapshot, table, rows, max_cell_rows=max_cell_rows)
         props = partial(_commit_properties, table, snapshot, changes, new_through)
-        try:
-            if isinstance(plan, CellPlan):
-                per_file = file_rows or file_rows_for(table.target_file_size, plan.cells, changes)
-                rewritten, written = replace_cells(table, snapshot, rows, plan, props, file_rows=per_file)
-            else:
-                log.info("%s: fold by MERGE: %s", table.snapshot_uri, plan)
-                rewritten, written = _merge(table, snapshot, rows, props)
-        except CommitFailedError as exc:
-            # Another writer (not a fold: those hold the lock) committed to the snapshot meanwhile.
-            log.info("%s: fold attempt %d conflicted (%s)", table.snapshot_uri, attempt, exc)
-            time.sleep(min(2.0, 0.05 * 2**attempt))
-            continue
+        if isinstance(plan, CellPlan):
+            per_file = file_rows or file_rows_for(table.target_file_size, plan.cells, changes)
+            rewritten, written = replace_cells(table, snapshot, rows, plan, props, file_rows=per_file)
+        else:
+            log.info("%s: fold by MERGE: %s", table.snapshot_uri, plan)
+            rewritten, written = _merge(table, snapshot, rows, props)
         snapshot.update_incremental()
         return FoldResult(
             change_rows=rows.num_rows,
@@ -168,7 +164,31 @@ def _fold(
             rows_written=written,
             clustered=isinstance(plan, CellPlan),
         )
-    raise CommitFailedError(f"{table.snapshot_uri}: the fold conflicted {max_attempts} times; run it again")
+
+    def exhausted(n: int, exc: CommitFailedError) -> NoReturn:
+        raise CommitFailedError(f"{table.snapshot_uri}: the fold conflicted {n} times; run it again") from exc
+
+    # A conflict: another writer (not a fold: those hold the lock) committed to the snapshot meanwhile.
+    return fold_retry(max_attempts).run(
+        attempt,
+        retry_on=CommitFailedError,
+        exhausted=exhausted,
+        on_retry=_log_conflict(table.snapshot_uri, "fold"),
+    )
+
+
+def fold_retry(max_attempts: int) -> RetryPolicy:
+    """The retries of a fold or trim that lost a commit race: 0.05 s doubling up to 2 s, no jitter."""
+    return RetryPolicy(max_attempts=max_attempts, initial_backoff_s=0.05, max_backoff_s=2.0, jitter=0)
+
+
+def _log_conflict(uri: str, what: str) -> Callable[[int, CommitFailedError, float], None]:
+    """``RetryPolicy.run``'s ``on_retry``: log the conflicted attempt (counted from 0) of ``what``."""
+
+    def on_retry(n: int, exc: CommitFailedError, _delay: float) -> None:
+        log.info("%s: %s attempt %d conflicted (%s)", uri, what, n - 1, exc)
+
+    return on_retry
 
 
 def file_rows_for(target_bytes: int, snapshot_cells: Sequence[Cell], changes: DeltaTable | None) -> int:
@@ -427,13 +447,6 @@ def freshness(
     return out
 
 
-def iso_utc_ms(ms: int) -> str:
-    """Epoch milliseconds as ISO 8601 UTC text."""
-    from datetime import datetime, timezone
-
-    return iso_utc(datetime.fromtimestamp(ms / 1000, tz=timezone.utc))
-
-
 def snapshot_freshness(snapshot: DeltaTable) -> dict[str, Any]:
     """The freshness the newest fold wrote (empty before the first fold)."""
     return latest_freshness(snapshot.history(limit=50))
@@ -462,21 +475,29 @@ def trim_changes(table: MergeOnReadTable, *, retention: timedelta, max_attempts:
     point = trim_point(snapshot, retention)
     if point is None or not _has_rows_through(changes, table.seq, point):
         return 0
+
+    def exhausted(n: int, _exc: CommitFailedError) -> int:
+        log.warning("%s: trim conflicted %d times; the next fold tries again", table.changes_uri, n)
+        return 0
+
     try:
         with rewrite_lock(TableRef(table.changes_uri, table.changes_uri), "trim folded changes", wait_s=5.0):
-            for attempt in range(max_attempts):
-                try:
-                    changes.update_incremental()
-                    metrics = changes.delete(f"{quote_ident(table.seq)} <= {point}")
-                    return int(metrics.get("num_deleted_rows", 0))
-                except CommitFailedError as exc:  # the job appended meanwhile
-                    log.info("%s: trim attempt %d conflicted (%s)", table.changes_uri, attempt, exc)
-                    time.sleep(min(2.0, 0.05 * 2**attempt))
+            return fold_retry(max_attempts).run(
+                lambda _n: _delete_through(changes, table.seq, point),
+                retry_on=CommitFailedError,  # the job appended meanwhile
+                exhausted=exhausted,
+                on_retry=_log_conflict(table.changes_uri, "trim"),
+            )
     except TableBusyError as exc:
         log.info("%s: %s; the next fold trims", table.changes_uri, exc)
         return 0
-    log.warning("%s: trim conflicted %d times; the next fold tries again", table.changes_uri, max_attempts)
-    return 0
+
+
+def _delete_through(changes: DeltaTable, seq: str, point: int) -> int:
+    """Delete the change rows of sequence <= ``point``; rows deleted."""
+    changes.update_incremental()
+    metrics = changes.delete(f"{quote_ident(seq)} <= {point}")
+    return int(metrics.get("num_deleted_rows", 0))
 
 
 def _has_rows_through(changes: DeltaTable, seq: str, point: int) -> bool:

@@ -63,13 +63,13 @@ class MergeOnReadTable:
 
     def snapshot_spec(self) -> TableSpec:
         """The snapshot as a MERGE table (created with the sink's file size when missing)."""
-        return TableSpec.of(
+        return TableSpec(
             table_uri=self.snapshot_uri,
             schema=self.schema,
             mode="merge",
             merge=self.spec,
             target_file_size=self.target_file_size,
-            storage_options=self.storage_options,
+            storage_options=dict(self.storage_options or {}),
         )
 
     def open_snapshot(self) -> DeltaTable:

@@ -8,7 +8,8 @@ its invariants and how the modules split it are in DESIGN.md section 3; the MERG
 
 from sinks.committable import CommitMode, Committable
 from sinks.committer import COUNTERS_KEY, CommitHooks
-from sinks.errors import (
+from sinks.global_committer import GlobalCommitter
+from sinks.sink_errors import (
     CommitConflictError,
     CommittableMissingError,
     DeltaSinkError,
@@ -16,7 +17,7 @@ from sinks.errors import (
     RestoreBehindTableError,
     StagedFileMissingError,
 )
-from sinks.global_committer import GlobalCommitter
+from sinks.table_spec import TableSpec
 from sinks.writer import EOI_CHECKPOINT_ID, TwoPhaseDeltaWriter
 from sinks.writer_metrics import CommitResult, WriterMetrics
 from storage.retry_policy import RetryPolicy
@@ -36,6 +37,7 @@ __all__ = [
     "RestoreBehindTableError",
     "RetryPolicy",
     "StagedFileMissingError",
+    "TableSpec",
     "TwoPhaseDeltaWriter",
     "WriterMetrics",
 ]

@@ -21,8 +21,9 @@ import random
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import pyarrow as pa
@@ -36,7 +37,7 @@ from deltalake.transaction import AddAction, RemoveAction
 from lakestream.freshness import FRESHNESS_KEY, latest_freshness, newest
 from lakestream.progress import PROGRESS_KEY, merged, progress_app_id
 from sinks.delta_files import file_stats
-from sinks.errors import CommitConflictError, StagedFileMissingError
+from sinks.sink_errors import CommitConflictError, StagedFileMissingError
 from sinks.staging import Manifest, StagedFile, StagingArea
 from sinks.table_spec import TableSpec
 from sinks.writer_metrics import CommitResult, WriterMetrics
@@ -57,6 +58,26 @@ class CommitHooks:
 
     def before_cleanup(self, manifests: Sequence[Manifest]) -> None:
         """After the commit landed (or was found in the table), before the staged work is deleted."""
+
+
+@dataclass(frozen=True)
+class _CommitPlan:
+    """One commit attempt: the manifests the snapshot lacks, their app ids, the commit's txn actions
+    and metadata, and (merge, upsert and changes mode) their staged rows folded per key."""
+
+    pending: list[Manifest]
+    app_ids: list[str]
+    props: CommitProperties
+    source: pa.Table | None
+
+
+@dataclass(frozen=True)
+class _Landed:
+    """What a commit took: the manifests (none: the table held them all), files added, retries."""
+
+    manifests: list[Manifest]
+    files: int
+    retries: int
 
 
 class DeltaCommitter:
@@ -102,93 +123,109 @@ class DeltaCommitter:
         ``StagedFileMissingError`` when a staged file is gone.
         """
         started = time.monotonic()
-        retries = 0
-        committed: list[Manifest] = []
-        files_added = 0
-        while True:
-            dt = self.snapshot()
-            pending = [m for m in manifests if not m.committed_in(dt.transaction_version(m.app_id))]
-            if not pending:
-                break
-            self._check_staged_files(pending)
-            versions = app_versions(pending, txn_version)
-            metadata: dict[str, Any] = {"lakestream.appVersions": versions}
-            counters = sum_counters(pending)
-            if counters:
-                metadata[COUNTERS_KEY] = counters
-            progress = latest_progress(pending)
-            if progress:
-                metadata[PROGRESS_KEY] = progress
-            keyed = self.spec.mode != "append" and any(m.files for m in pending)
-            source = self._folded_source(pending) if keyed else None
-            if self.spec.freshness_column is not None:
-                metadata[FRESHNESS_KEY] = self._freshness(dt, source, checkpoint_id)
-            transactions = [Transaction(app_id, v) for app_id, v in versions.items()]
-            transactions += [
-                Transaction(progress_app_id(self._staging.app_prefix, key), v) for key, v in progress.items()
-            ]
-            # Changes mode: the commit must land at the version its rows are stamped with, so delta-rs
-            # may not move it past a concurrent commit; a conflict is re-planned (and re-stamped) here.
-            props = CommitProperties(
-                app_transactions=transactions,
-                custom_metadata=metadata,
-                max_commit_retries=0 if self.spec.mode == "changes" else None,
-            )
-            self.hooks.before_attempt(retries, dt)
-            try:
-                if source is None:
-                    # A merge-mode commit of counters only has no source: txn actions and metadata alone.
-                    actions: list[AddAction | RemoveAction] = [
-                        _add_action(f) for m in pending for f in m.files
-                    ]
-                    dt.create_write_transaction(
-                        actions,
-                        mode="append",
-                        schema=self.spec.table_schema,
-                        partition_by=list(self.spec.partition_by) or None,
-                        commit_properties=props,
-                    )
-                    files_added = len(actions)
-                elif self.spec.mode == "changes":
-                    files_added = self._append_changes(dt, source, props)
-                else:
-                    files_added = self._merge(dt, source, props)
-            except CommitFailedError as exc:
-                retries += 1
-                self.metrics.commit_retries += 1
-                if retries >= self.retry.max_attempts:
-                    raise CommitConflictError(
-                        app_ids=list(versions),
-                        checkpoint_id=checkpoint_id,
-                        attempts=retries,
-                        cause=str(exc),
-                    ) from exc
-                delay = self.retry.backoff_s(retries, self._rng)
-                log.info(
-                    "%s: commit of checkpoint %d conflicted (%s); retry %d in %.3fs",
-                    self.log_name,
-                    checkpoint_id,
-                    str(exc).splitlines()[0],
-                    retries,
-                    delay,
-                )
-                time.sleep(delay)
-                continue
-            committed = pending
-            break
+        landed = self._commit_with_retries(manifests, checkpoint_id, txn_version)
         latency = time.monotonic() - started
         self.hooks.before_cleanup(manifests)
         for m in manifests:
             self._staging.discard_committed(m)
-        self.metrics.already_committed += len(manifests) - len(committed)
-        if not committed:
+        self.metrics.already_committed += len(manifests) - len(landed.manifests)
+        if not landed.manifests:
             log.info("%s: checkpoint %d was already committed; cleaned up", self.log_name, checkpoint_id)
-            return CommitResult(committed=False, checkpoint_id=checkpoint_id, retries=retries)
+            return CommitResult(committed=False, checkpoint_id=checkpoint_id, retries=landed.retries)
+        return self._report(landed, checkpoint_id, txn_version, latency)
+
+    def _commit_with_retries(
+        self, manifests: Sequence[Manifest], checkpoint_id: int, txn_version: int | None
+    ) -> _Landed:
+        """Plan and write the commit on a fresh snapshot until it lands or the table holds everything;
+        a conflict is planned again after the ``RetryPolicy`` backoff, ``CommitConflictError`` at the end."""
+        app_ids: list[str] = []  # of the last attempt, for the error
+
+        def attempt(n: int) -> _Landed:
+            dt = self.snapshot()
+            plan = self._plan(dt, manifests, checkpoint_id, txn_version)
+            if plan is None:
+                return _Landed([], files=0, retries=n - 1)
+            app_ids[:] = plan.app_ids
+            self.hooks.before_attempt(n - 1, dt)
+            try:
+                files = self._write(dt, plan)
+            except CommitFailedError:
+                self.metrics.commit_retries += 1
+                raise
+            return _Landed(plan.pending, files=files, retries=n - 1)
+
+        def on_retry(n: int, exc: CommitFailedError, delay: float) -> None:
+            log.info(
+                "%s: commit of checkpoint %d conflicted (%s); retry %d in %.3fs",
+                self.log_name,
+                checkpoint_id,
+                str(exc).splitlines()[0],
+                n,
+                delay,
+            )
+
+        def exhausted(n: int, exc: CommitFailedError) -> NoReturn:
+            raise CommitConflictError(
+                app_ids=list(app_ids), checkpoint_id=checkpoint_id, attempts=n, cause=str(exc)
+            ) from exc
+
+        return self.retry.run(
+            attempt, retry_on=CommitFailedError, exhausted=exhausted, on_retry=on_retry, rng=self._rng
+        )
+
+    def _plan(
+        self, dt: DeltaTable, manifests: Sequence[Manifest], checkpoint_id: int, txn_version: int | None
+    ) -> _CommitPlan | None:
+        """What one attempt commits on snapshot ``dt``; None when the table holds every manifest."""
+        pending = [m for m in manifests if not m.committed_in(dt.transaction_version(m.app_id))]
+        if not pending:
+            return None
+        self._check_staged_files(pending)
+        versions = app_versions(pending, txn_version)
+        progress = latest_progress(pending)
+        keyed = self.spec.mode != "append" and any(m.files for m in pending)
+        source = self._folded_source(pending) if keyed else None
+        metadata: dict[str, Any] = {"lakestream.appVersions": versions}
+        counters = sum_counters(pending)
+        if counters:
+            metadata[COUNTERS_KEY] = counters
+        if progress:
+            metadata[PROGRESS_KEY] = progress
+        if self.spec.freshness_column is not None:
+            metadata[FRESHNESS_KEY] = self._freshness(dt, source, checkpoint_id)
+        transactions = [Transaction(app_id, v) for app_id, v in versions.items()]
+        transactions += [
+            Transaction(progress_app_id(self._staging.app_prefix, key), v) for key, v in progress.items()
+        ]
+        # Changes mode: the commit must land at the version its rows are stamped with, so delta-rs
+        # may not move it past a concurrent commit; a conflict is planned (and stamped) again here.
+        props = CommitProperties(
+            app_transactions=transactions,
+            custom_metadata=metadata,
+            max_commit_retries=0 if self.spec.mode == "changes" else None,
+        )
+        return _CommitPlan(pending, list(versions), props, source)
+
+    def _write(self, dt: DeltaTable, plan: _CommitPlan) -> int:
+        """The Delta commit of ``plan``: add actions, the changes file, or the MERGE; files added."""
+        if plan.source is None:
+            # A merge-mode commit of counters only has no source: txn actions and metadata alone.
+            return self._append_files(dt, plan.pending, plan.props)
+        if self.spec.mode == "changes":
+            return self._append_changes(dt, plan.source, plan.props)
+        return self._merge(dt, plan.source, plan.props)
+
+    def _report(
+        self, landed: _Landed, checkpoint_id: int, txn_version: int | None, latency: float
+    ) -> CommitResult:
+        """The metrics and result of a commit that landed ``landed``."""
+        committed = landed.manifests
         rows = sum(m.num_rows for m in committed)
         size = sum(m.size_bytes for m in committed)
         self.metrics.commits += 1
         self.metrics.rows_committed += rows
-        self.metrics.files_committed += files_added
+        self.metrics.files_committed += landed.files
         self.metrics.bytes_committed += size
         self.metrics.last_commit_latency_s = latency
         self.metrics.max_commit_latency_s = max(self.metrics.max_commit_latency_s, latency)
@@ -196,9 +233,9 @@ class DeltaCommitter:
             committed=True,
             checkpoint_id=checkpoint_id,
             rows=rows,
-            files=files_added,
+            files=landed.files,
             bytes=size,
-            retries=retries,
+            retries=landed.retries,
             latency_s=latency,
             table_version=self.snapshot().version(),
             app_versions=app_versions(committed, txn_version),
@@ -225,6 +262,18 @@ class DeltaCommitter:
         if source is not None and source.num_rows:
             self._newest_event = newest(pc.max(source[column]).as_py(), self._newest_event or None) or ""
         return {"checkpoint": checkpoint_id, "newest_event_time": self._newest_event or None}
+
+    def _append_files(self, dt: DeltaTable, pending: list[Manifest], props: CommitProperties) -> int:
+        """Append mode (or a commit of counters only): the staged files as add actions."""
+        actions: list[AddAction | RemoveAction] = [_add_action(f) for m in pending for f in m.files]
+        dt.create_write_transaction(
+            actions,
+            mode="append",
+            schema=self.spec.table_schema,
+            partition_by=list(self.spec.partition_by) or None,
+            commit_properties=props,
+        )
+        return len(actions)
 
     def _append_changes(self, dt: DeltaTable, source: pa.Table, props: CommitProperties) -> int:
         """Changes mode: one file of the folded rows, stamped with the version this commit lands at.

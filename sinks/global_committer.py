@@ -15,18 +15,14 @@ manifests <= r of the slots it owns and aborts the rest (DESIGN.md section 3).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
 
-import pyarrow as pa
-
-from lakestream.merge_spec import MergeSpec
 from sinks.committable import Committable
 from sinks.committer import CommitHooks, DeltaCommitter
-from sinks.errors import CommittableMissingError, MarkerOrderError
 from sinks.ownership import EOI_CHECKPOINT_ID
+from sinks.sink_errors import CommittableMissingError, MarkerOrderError
 from sinks.staging import Manifest, StagingArea, app_id_for, local_table_root
 from sinks.table_bootstrap import open_table
-from sinks.table_spec import DEFAULT_TARGET_FILE_SIZE, TableSpec, WriteMode
+from sinks.table_spec import TableSpec
 from sinks.writer_metrics import CommitResult, WriterMetrics
 from storage.retry_policy import RetryPolicy
 
@@ -36,43 +32,25 @@ log = logging.getLogger(__name__)
 class GlobalCommitter:
     """Commits the committables of one table's writer subtasks (see the module docstring).
 
-    Takes the table settings of ``TwoPhaseDeltaWriter``, so one set of options configures both sides.
+    Takes the ``TableSpec`` and app prefix its ``TwoPhaseDeltaWriter``s take: one spec for both sides.
     """
 
     def __init__(
         self,
         *,
-        table_uri: str,
+        spec: TableSpec,
         app_prefix: str,
-        schema: pa.Schema,
-        mode: WriteMode = "append",
-        partition_by: Sequence[str] | None = None,
-        merge: MergeSpec | None = None,
-        target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
-        storage_options: Mapping[str, str] | None = None,
-        sequence_column: str | None = None,
-        freshness_column: str | None = None,
         retry: RetryPolicy | None = None,
         commit_hooks: CommitHooks | None = None,
     ) -> None:
         if not app_prefix:
             raise ValueError("app_prefix is empty: it must be the writers' app prefix")
-        self.spec = TableSpec.of(
-            table_uri=table_uri,
-            schema=schema,
-            mode=mode,
-            partition_by=partition_by,
-            merge=merge,
-            target_file_size=target_file_size,
-            storage_options=storage_options,
-            sequence_column=sequence_column,
-            freshness_column=freshness_column,
-        )
+        self.spec = spec
         self.app_prefix = app_prefix
         self.retry = retry or RetryPolicy()
         self.metrics = WriterMetrics()
         self._hooks = commit_hooks
-        self._staging = StagingArea(local_table_root(table_uri), app_prefix)
+        self._staging = StagingArea(local_table_root(spec.table_uri), app_prefix)
         self._committer: DeltaCommitter | None = None
         #: Collected, not yet committed: (run id, subtask, checkpoint) -> its prepared manifest.
         self._pending: dict[tuple[str, int, int], Manifest] = {}

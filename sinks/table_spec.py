@@ -1,12 +1,14 @@
 """What an exactly-once sink writes into one Delta table, checked once and shared by its parts.
 
 The stager, the committer and the table bootstrap all read the same few settings (schema, partition
-columns, mode, merge keys, file size); a frozen, validated ``TableSpec`` keeps them in agreement.
+columns, mode, merge keys, file size); a frozen, validated ``TableSpec`` keeps them in agreement. It is
+the one place those settings are listed: the Flink sink's ``DeltaSinkSpec`` holds one, and the writer
+and the global committer take one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -34,9 +36,11 @@ class TableSpec:
     table_uri: str
     schema: pa.Schema
     mode: WriteMode = "append"
-    partition_by: tuple[str, ...] = ()
+    #: Any sequence of column names; kept as a tuple.
+    partition_by: Sequence[str] = ()
     merge: MergeSpec | None = None
     target_file_size: int = DEFAULT_TARGET_FILE_SIZE
+    #: Copied; None when empty.
     storage_options: dict[str, str] | None = None
     #: Changes mode: the int64 column each commit stamps on its rows (the table version it lands at).
     sequence_column: str | None = None
@@ -44,34 +48,11 @@ class TableSpec:
     #: freshness (``lakestream.freshness``), with its checkpoint.
     freshness_column: str | None = None
 
-    @classmethod
-    def of(
-        cls,
-        *,
-        table_uri: str,
-        schema: pa.Schema,
-        mode: WriteMode = "append",
-        partition_by: Sequence[str] | None = None,
-        merge: MergeSpec | None = None,
-        target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
-        storage_options: Mapping[str, str] | None = None,
-        sequence_column: str | None = None,
-        freshness_column: str | None = None,
-    ) -> TableSpec:
-        """The spec from the keyword options the writer and the global committer take."""
-        return cls(
-            table_uri=table_uri,
-            schema=schema,
-            mode=mode,
-            partition_by=tuple(partition_by or ()),
-            merge=merge,
-            target_file_size=target_file_size,
-            storage_options=dict(storage_options) if storage_options else None,
-            sequence_column=sequence_column,
-            freshness_column=freshness_column,
-        )
-
     def __post_init__(self) -> None:
+        object.__setattr__(self, "partition_by", tuple(self.partition_by))
+        object.__setattr__(
+            self, "storage_options", dict(self.storage_options) if self.storage_options else None
+        )
         mode, schema, merge = self.mode, self.schema, self.merge
         if mode not in WRITE_MODES:
             raise ValueError(f"mode must be one of {', '.join(WRITE_MODES)}, got {mode!r}")

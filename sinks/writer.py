@@ -14,19 +14,18 @@ stages in this attempt: ``take_committables`` hands each prepared manifest on as
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import pyarrow as pa
 
-from lakestream.merge_spec import MergeSpec
 from sinks.committable import COMMIT_MODES, CommitMode, Committable
 from sinks.committer import CommitHooks, DeltaCommitter
-from sinks.errors import MarkerOrderError
 from sinks.ownership import EOI_CHECKPOINT_ID, Ownership, plan_open, sweep_leftovers
+from sinks.sink_errors import MarkerOrderError
 from sinks.stager import Stager
 from sinks.staging import Manifest, StagingArea, app_id_for, local_table_root
 from sinks.table_bootstrap import ensure_merge_file_size, open_table
-from sinks.table_spec import DEFAULT_TARGET_FILE_SIZE, TableSpec, WriteMode
+from sinks.table_spec import TableSpec, WriteMode
 from sinks.writer_metrics import CommitResult, WriterMetrics
 from storage.retry_policy import RetryPolicy
 
@@ -39,16 +38,8 @@ class TwoPhaseDeltaWriter:
     def __init__(
         self,
         *,
-        table_uri: str,
+        spec: TableSpec,
         app_prefix: str,
-        schema: pa.Schema,
-        mode: WriteMode = "append",
-        partition_by: Sequence[str] | None = None,
-        merge: MergeSpec | None = None,
-        target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
-        storage_options: Mapping[str, str] | None = None,
-        sequence_column: str | None = None,
-        freshness_column: str | None = None,
         retry: RetryPolicy | None = None,
         commit_hooks: CommitHooks | None = None,
         commit_mode: CommitMode = "subtask",
@@ -57,23 +48,13 @@ class TwoPhaseDeltaWriter:
             raise ValueError("app_prefix is empty: it names the Delta txn app ids, give it a stable value")
         if commit_mode not in COMMIT_MODES:
             raise ValueError(f"commit_mode must be one of {', '.join(COMMIT_MODES)}, got {commit_mode!r}")
-        self.spec = TableSpec.of(
-            table_uri=table_uri,
-            schema=schema,
-            mode=mode,
-            partition_by=partition_by,
-            merge=merge,
-            target_file_size=target_file_size,
-            storage_options=storage_options,
-            sequence_column=sequence_column,
-            freshness_column=freshness_column,
-        )
+        self.spec = spec
         self.app_prefix = app_prefix
         self.commit_mode: CommitMode = commit_mode
         self.retry = retry or RetryPolicy()
         self.metrics = WriterMetrics()
         self._hooks = commit_hooks
-        self._staging = StagingArea(local_table_root(table_uri), app_prefix)
+        self._staging = StagingArea(local_table_root(spec.table_uri), app_prefix)
         self._ownership: Ownership | None = None
         self._stager: Stager | None = None
         self._committer: DeltaCommitter | None = None

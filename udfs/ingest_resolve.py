@@ -45,12 +45,12 @@ class ResolveBatches(ProcessFunction):  # type: ignore[misc]
     def __init__(self, *, tables: Mapping[str, DeltaSinkSpec]) -> None:
         if set(tables) != {LATE, SILVER}:
             raise ValueError(f"tables: need specs for {LATE} and {SILVER}, got {sorted(tables)}")
-        if tables[SILVER].mode not in ("merge", "changes"):
+        if tables[SILVER].table.mode not in ("merge", "changes"):
             raise ValueError(
                 "tables: silver must be written in merge or changes mode (the guard resolves orders)"
             )
         self.tables = TableWriters(tables)
-        self._watermark_type = tables[LATE].schema.field("watermark").type
+        self._watermark_type = tables[LATE].table.schema.field("watermark").type
 
     def open(self, runtime_context: RuntimeContext) -> None:
         """Register the counters and writer gauges."""

@@ -106,7 +106,7 @@ class StandardiseFunction(ProcessFunction):  # type: ignore[misc]
         self.tables = TableWriters(tables)
         self.parallelism = parallelism
         self.max_parallelism = max_parallelism
-        self._bronze_schema = tables[BRONZE].schema
+        self._bronze_schema = tables[BRONZE].table.schema
         self._maxima = dict(watermark_seeds or {})
         self.gold = gold
 

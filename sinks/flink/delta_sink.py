@@ -8,11 +8,11 @@ record batches, and publishes the writer's metrics. Keep it thin. A table with
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import is_
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pyarrow as pa
 from pyflink.common import Types
@@ -37,41 +37,35 @@ from runtime.worker.memory import keep_freed_pages, return_free_memory
 if TYPE_CHECKING:  # pragma: no cover
     from pyflink.datastream import DataStream
 
-    from lakestream.merge_spec import MergeSpec
     from merge_on_read.fold_schedule import FoldTask
-    from sinks.committable import Committable
+    from sinks.committable import CommitMode, Committable
+    from sinks.table_spec import TableSpec
     from sinks.writer import TwoPhaseDeltaWriter
     from sinks.writer_metrics import CommitResult
 
 
 @dataclass(frozen=True)
 class DeltaSinkSpec:
-    """Everything a sink subtask needs to write one Delta table; pickled into the Python workers."""
+    """Everything a sink subtask needs to write one Delta table; pickled into the Python workers.
 
-    table_uri: str
+    ``table`` is the table itself (``sinks.table_spec.TableSpec``: uri, schema, mode, partitioning,
+    merge rule, file size, ...), the rest is how the Flink sink writes it.
+    """
+
+    table: TableSpec
     #: Stable per job and table: it names the Delta txn app ids, so keep it across upgrades.
     app_prefix: str
-    schema: pa.Schema
-    mode: Literal["append", "merge", "upsert", "changes"] = "append"
-    partition_by: Sequence[str] = ()
-    merge: MergeSpec | None = None
     #: Rows buffered in Python lists before they become one Arrow record batch.
     batch_rows: int = 50_000
-    target_file_size: int = 128 * 1024 * 1024
-    #: Keyword arguments for the writer (and the global committer): ``retry``, ``commit_hooks``,
-    #: ``storage_options``.
+    #: Keyword arguments for the writer (and the global committer): ``retry``, ``commit_hooks``.
     writer_options: dict[str, Any] = field(default_factory=dict)
     #: ``"subtask"``: each writer subtask commits its own work at COMMIT(n). ``"global"``: the subtasks
     #: only stage and emit committables, and one ``sinks.flink.global_commit.GlobalCommitterFunction`` commits
     #: each checkpoint of all of them in one Delta commit (DESIGN.md section 3).
-    commit: Literal["subtask", "global"] = "subtask"
+    commit: CommitMode = "subtask"
     #: Record the Kafka progress of the rows (``topic``, ``partition``, ``offset`` columns: the next
     #: offset per partition) in each commit, for a job whose rows are its Kafka records one to one.
     kafka_progress: bool = False
-    #: Changes mode: the commit sequence column the table has beside ``schema`` (``sinks.table_spec``).
-    sequence_column: str | None = None
-    #: Merge/changes mode: the event-time column recorded as the table's freshness (``sinks.table_spec``).
-    freshness_column: str | None = None
     #: Changes mode, global commit: the merge-on-read table the committer folds the changes into, and
     #: when (``merge_on_read.fold_schedule``).
     fold: FoldTask | None = None
@@ -79,42 +73,29 @@ class DeltaSinkSpec:
     def __post_init__(self) -> None:
         if self.commit not in ("subtask", "global"):
             raise ValueError(f"commit must be 'subtask' or 'global', got {self.commit!r}")
-        if self.fold is not None and (self.mode != "changes" or self.commit != "global"):
+        if self.fold is not None and (self.table.mode != "changes" or self.commit != "global"):
             raise ValueError(f"{self.app_prefix}: fold= is for a changes-mode table with commit='global'")
         if self.kafka_progress:
-            missing = [c for c in ("topic", "partition", "offset") if c not in self.schema.names]
+            missing = [c for c in ("topic", "partition", "offset") if c not in self.table.schema.names]
             if missing:
                 raise ValueError(
                     f"{self.app_prefix}: kafka_progress needs the columns topic, partition and offset; "
                     f"the schema lacks {', '.join(missing)}"
                 )
 
-    def table_options(self) -> dict[str, Any]:
-        """The keyword options ``TwoPhaseDeltaWriter`` and ``GlobalCommitter`` take for this table."""
-        return {
-            "table_uri": self.table_uri,
-            "app_prefix": self.app_prefix,
-            "schema": self.schema,
-            "mode": self.mode,
-            "partition_by": list(self.partition_by) or None,
-            "merge": self.merge,
-            "target_file_size": self.target_file_size,
-            "sequence_column": self.sequence_column,
-            "freshness_column": self.freshness_column,
-            **self.writer_options,
-        }
-
     def new_global_committer(self) -> Any:
         """A ``sinks.global_committer.GlobalCommitter`` of this table (commit='global'), not opened yet."""
         from sinks.global_committer import GlobalCommitter
 
-        return GlobalCommitter(**self.table_options())
+        return GlobalCommitter(spec=self.table, app_prefix=self.app_prefix, **self.writer_options)
 
     def new_writer(self) -> Any:
         """A ``sinks.writer.TwoPhaseDeltaWriter`` of this table, not opened yet (a sink task, a settle)."""
         from sinks.writer import TwoPhaseDeltaWriter
 
-        return TwoPhaseDeltaWriter(commit_mode=self.commit, **self.table_options())
+        return TwoPhaseDeltaWriter(
+            spec=self.table, app_prefix=self.app_prefix, commit_mode=self.commit, **self.writer_options
+        )
 
 
 #: Flink gauge name -> ``sinks.writer_metrics.WriterMetrics`` attribute (``*_s`` exported in ms) of what
@@ -236,7 +217,7 @@ class TableWriters:
     def _flush(self, table: str) -> None:
         rows = self.rows[table]
         if rows:
-            self._write(table, rows_to_batch(rows, self.specs[table].schema))
+            self._write(table, rows_to_batch(rows, self.specs[table].table.schema))
             self.rows[table] = []
 
     def _write(self, table: str, batch: pa.RecordBatch | pa.Table) -> None:
@@ -359,7 +340,7 @@ class DeltaSinkFunction(ProcessFunction):  # type: ignore[misc]
 def sink_to_delta(
     stream: DataStream, spec: DeltaSinkSpec, *, name: str, uid: str, parallelism: int | None = None
 ) -> None:
-    """Write ``stream`` (value tuples in ``spec.schema`` order) exactly once into a Delta table.
+    """Write ``stream`` (value tuples in ``spec.table.schema`` order) exactly once into a Delta table.
 
     Operator uids derive from ``uid``: ``<uid>-markers``, ``<uid>-writer``, ``<uid>-end``. Pass
     ``parallelism`` to run the sink at another parallelism than the job's (the change feed's one writer).

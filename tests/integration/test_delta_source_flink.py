@@ -136,6 +136,7 @@ FAILING_JOB = textwrap.dedent(
     from sources.reader import output_schema
     from sources.stream_reader import resolve_read_schema
     from sinks.flink.delta_sink import DeltaSinkSpec, sink_to_delta
+    from sinks.table_spec import TableSpec
 
     src, out, marker, fail_after, ckpt = sys.argv[1:6]
 
@@ -176,7 +177,9 @@ FAILING_JOB = textwrap.dedent(
     schema = resolve_read_schema(src)
     rows = delta_source(env, src, opts, ticks=40, read_schema=schema, uid="it-source")
     rows = rows.map(FailOnce(marker, int(fail_after), out)).name("inject failure").uid("it-fail")
-    spec = DeltaSinkSpec(table_uri=out, app_prefix="it-delta-source", schema=output_schema(schema, "cdf"))
+    spec = DeltaSinkSpec(
+        table=TableSpec(table_uri=out, schema=output_schema(schema, "cdf")), app_prefix="it-delta-source"
+    )
     sink_to_delta(rows, spec, name="out", uid="it-out")
     env.execute("delta source injected failure")
     """

@@ -10,7 +10,8 @@ from urllib.parse import unquote
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from sinks.errors import DeltaSinkError
+from sinks.sink_errors import DeltaSinkError
+from sinks.table_spec import TableSpec
 from sinks.writer import TwoPhaseDeltaWriter
 
 
@@ -27,11 +28,22 @@ def open_writer(
     parallelism: int = 1,
     **kwargs: Any,
 ) -> TwoPhaseDeltaWriter:
-    """A new writer object (a new task attempt) that got OPEN(restored)."""
-    kwargs.setdefault("app_prefix", "job")
-    writer = TwoPhaseDeltaWriter(table_uri=str(table), **kwargs)
+    """A new writer object (a new task attempt) that got OPEN(restored); ``kwargs`` as ``new_writer``."""
+    writer = new_writer(table, **kwargs)
     writer.open(restored_checkpoint_id=restored, run_id=run_id, subtask=subtask, parallelism=parallelism)
     return writer
+
+
+#: Keywords of ``TwoPhaseDeltaWriter`` itself; ``new_writer`` passes the others to ``TableSpec``.
+WRITER_KEYWORDS = ("app_prefix", "retry", "commit_hooks", "commit_mode")
+
+
+def new_writer(table: Path, **kwargs: Any) -> TwoPhaseDeltaWriter:
+    """A writer of ``table`` (app prefix "job" unless given), not opened: ``kwargs`` are the writer's
+    keywords and the fields of its ``TableSpec``."""
+    options = {k: kwargs.pop(k) for k in WRITER_KEYWORDS if k in kwargs}
+    options.setdefault("app_prefix", "job")
+    return TwoPhaseDeltaWriter(spec=TableSpec(table_uri=str(table), **kwargs), **options)
 
 
 def snapshot_rows(table: Path, schema: pa.Schema, sort_keys: list[str]) -> pa.Table:

@@ -18,6 +18,7 @@ from flink_jobs.land import LANDING_SCHEMA, to_landing_row
 from lakestream.config import FlinkConfig
 from runtime.flink_env import build_env
 from sinks.flink.delta_sink import DeltaSinkSpec, sink_to_delta
+from sinks.table_spec import TableSpec
 from sources.flink.kafka_input import kafka_records
 
 
@@ -60,7 +61,8 @@ def main() -> None:
     )
     rows = records.map(FailOnce(int(fail_after), marker)).name("fail once").uid("fail-once")
     spec = DeltaSinkSpec(
-        table_uri=table_uri, app_prefix="failing-land/raw", schema=LANDING_SCHEMA, partition_by=()
+        table=TableSpec(table_uri=table_uri, schema=LANDING_SCHEMA, partition_by=()),
+        app_prefix="failing-land/raw",
     )
     sink_to_delta(rows, spec, name="delta raw", uid="fail-delta")
     env.execute("failing-land")

@@ -10,6 +10,7 @@ import pytest
 from benchmarks import report, steady
 from benchmarks.steady import EOI_CHECKPOINT_ID, Commit, commit_times, steady_rate
 from lakestream.merge_spec import MergeSpec
+from sinks.table_spec import TableSpec
 from sinks.writer import TwoPhaseDeltaWriter
 
 B, S = "bronze/order_events", "silver/orders"
@@ -62,11 +63,13 @@ SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64())])
 
 def _writer(root: Path, table: str, subtask: int, mode: str) -> TwoPhaseDeltaWriter:
     w = TwoPhaseDeltaWriter(
-        table_uri=str(root / table),
+        spec=TableSpec(
+            table_uri=str(root / table),
+            schema=SCHEMA,
+            mode=mode,  # type: ignore[arg-type]
+            merge=MergeSpec(keys=("k",)) if mode == "merge" else None,
+        ),
         app_prefix=f"job/{table}",
-        schema=SCHEMA,
-        mode=mode,  # type: ignore[arg-type]
-        merge=MergeSpec(keys=("k",)) if mode == "merge" else None,
     )
     w.open(restored_checkpoint_id=None, run_id="run", subtask=subtask, parallelism=2 if table == B else 1)
     return w

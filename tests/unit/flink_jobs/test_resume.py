@@ -9,12 +9,12 @@ import pytest
 from flink_jobs.resume import (
     JobFolder,
     Lineage,
-    ResumeError,
     lineage_ended,
     lineage_for_run,
     plan_start,
     unrestorable,
 )
+from lakestream.progress import ResumeError
 from sinks.ownership import EOI_CHECKPOINT_ID
 
 
@@ -185,14 +185,15 @@ def test_settle_puts_every_table_at_the_checkpoints_cut(tmp_path: Path) -> None:
     from flink_jobs.resume import settle
     from lakestream.progress import read_progress
     from sinks.flink.delta_sink import DeltaSinkSpec
+    from sinks.table_spec import TableSpec
 
     schema = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64())])
-    spec = DeltaSinkSpec(table_uri=str(tmp_path / "t"), app_prefix="job/t", schema=schema)
+    spec = DeltaSinkSpec(table=TableSpec(table_uri=str(tmp_path / "t"), schema=schema), app_prefix="job/t")
     from sinks.writer import TwoPhaseDeltaWriter
 
     writers = []
     for subtask in range(2):
-        w = TwoPhaseDeltaWriter(table_uri=spec.table_uri, app_prefix=spec.app_prefix, schema=schema)
+        w = TwoPhaseDeltaWriter(spec=spec.table, app_prefix=spec.app_prefix)
         w.open(restored_checkpoint_id=None, run_id="r1", subtask=subtask, parallelism=2)
         writers.append(w)
     for n in (1, 2, 3):
@@ -212,7 +213,7 @@ def test_settle_puts_every_table_at_the_checkpoints_cut(tmp_path: Path) -> None:
     chk = checkpoint(lin.folder, n=2)
     settle([spec], lin, chk)
     settle([spec], lin, chk)  # idempotent: a crash halfway is settled again
-    table = DeltaTable(spec.table_uri)
+    table = DeltaTable(spec.table.table_uri)
     assert sorted(table.to_pyarrow_table().column("offset").to_pylist()) == sorted(
         [o for n in (1, 2) for o in range(10 * n, 10 * n + 5)] * 2
     )

@@ -84,13 +84,11 @@ def assert_current(root: Path, applied: list[dict[str, Any]]) -> None:
 
 def test_changes_mode_settings_are_checked() -> None:
     with pytest.raises(ValueError, match="sequence_column"):
-        TableSpec.of(table_uri="x", schema=SILVER_SCHEMA, mode="changes", merge=SILVER_MERGE)
+        TableSpec(table_uri="x", schema=SILVER_SCHEMA, mode="changes", merge=SILVER_MERGE)
     with pytest.raises(ValueError, match="sequence_column"):
-        TableSpec.of(
-            table_uri="x", schema=SILVER_SCHEMA, mode="merge", merge=SILVER_MERGE, sequence_column="s"
-        )
+        TableSpec(table_uri="x", schema=SILVER_SCHEMA, mode="merge", merge=SILVER_MERGE, sequence_column="s")
     with pytest.raises(ValueError, match="leave it out"):
-        TableSpec.of(
+        TableSpec(
             table_uri="x",
             schema=SILVER_MOR_SCHEMA,
             mode="changes",
@@ -98,7 +96,7 @@ def test_changes_mode_settings_are_checked() -> None:
             sequence_column=CHANGE_SEQ,
         )
     with pytest.raises(ValueError, match="unpartitioned"):
-        TableSpec.of(
+        TableSpec(
             table_uri="x",
             schema=SILVER_SCHEMA,
             mode="changes",

@@ -13,7 +13,7 @@ from deltalake import DeltaTable
 
 from lakestream.merge_spec import MergeSpec
 from sinks.committer import CommitHooks, DeltaCommitter
-from sinks.errors import CommitConflictError, StagedFileMissingError
+from sinks.sink_errors import CommitConflictError, StagedFileMissingError
 from sinks.stager import Stager
 from sinks.staging import Manifest, StagingArea
 from sinks.table_bootstrap import open_table

@@ -14,7 +14,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
 from sinks.committer import CommitHooks
-from sinks.errors import CommitConflictError, StagedFileMissingError
+from sinks.sink_errors import CommitConflictError, StagedFileMissingError
 from sinks.writer import TwoPhaseDeltaWriter
 from storage.retry_policy import RetryPolicy
 from tests.support.delta_tables import (

@@ -19,9 +19,10 @@ from deltalake import DeltaTable
 from lakestream.silver import SILVER_MERGE, SILVER_SCHEMA
 from sinks.committable import Committable
 from sinks.committer import COUNTERS_KEY, CommitHooks
-from sinks.errors import CommittableMissingError, MarkerOrderError
 from sinks.global_committer import GlobalCommitter
+from sinks.sink_errors import CommittableMissingError, MarkerOrderError
 from sinks.staging import Manifest, StagingArea
+from sinks.table_spec import TableSpec
 from sinks.writer import EOI_CHECKPOINT_ID, TwoPhaseDeltaWriter
 from sinks.writer_metrics import CommitResult
 from storage.retry_policy import RetryPolicy
@@ -80,11 +81,8 @@ class Attempt:
             for i in range(parallelism)
         ]
         self.committer = GlobalCommitter(
-            table_uri=str(table),
+            spec=TableSpec(table_uri=str(table), schema=SILVER_SCHEMA, mode="merge", merge=SPEC),
             app_prefix="job",
-            schema=SILVER_SCHEMA,
-            mode="merge",
-            merge=SPEC,
             retry=FAST_RETRY,
             commit_hooks=committer_hooks,
         )
@@ -698,7 +696,7 @@ def test_the_committer_refuses_what_is_not_its_own(tmp_path: Path) -> None:
     job.committer.add(c)  # its manifest is gone, but the table holds it: nothing to do
     assert job.committer.pending == []
     fresh = GlobalCommitter(
-        table_uri=str(t), app_prefix="job", schema=SILVER_SCHEMA, mode="merge", merge=SPEC
+        spec=TableSpec(table_uri=str(t), schema=SILVER_SCHEMA, mode="merge", merge=SPEC), app_prefix="job"
     )
     with pytest.raises(MarkerOrderError, match="before OPEN"):
         fresh.add(c)

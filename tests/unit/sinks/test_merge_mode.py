@@ -21,7 +21,7 @@ from deltalake import DeltaTable
 from lakestream.merge_spec import MergeSpec
 from lakestream.silver import FIELD_TYPES, SILVER_MERGE, SILVER_SCHEMA
 from sinks.committer import CommitHooks
-from sinks.errors import KeyNullError
+from sinks.sink_errors import KeyNullError
 from sinks.staging import Manifest
 from sinks.writer import TwoPhaseDeltaWriter
 from storage.retry_policy import RetryPolicy
@@ -30,6 +30,7 @@ from tests.support.delta_tables import (
     assert_no_orphans,
     assert_same_rows,
     commits_with_app,
+    new_writer,
     open_writer,
     snapshot_rows,
     staging_leftovers,
@@ -73,7 +74,7 @@ def assert_silver(table: Path, expected: dict[Any, dict[str, Any]]) -> None:
 
 def test_writer_refuses_guards_in_upsert_mode(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="use mode='merge'"):
-        TwoPhaseDeltaWriter(table_uri=str(tmp_path), app_prefix="j", schema=SILVER, mode="upsert", merge=SPEC)
+        new_writer(tmp_path, app_prefix="j", schema=SILVER, mode="upsert", merge=SPEC)
 
 
 # ---------------------------------------------------------------- MERGE on a silver-shaped table
@@ -328,8 +329,8 @@ def test_upsert_never_replaces_a_protected_row_nor_inserts_its_key_again(tmp_pat
 
 def test_protected_columns_are_for_upserts_only(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="upsert rule"):
-        TwoPhaseDeltaWriter(
-            table_uri=str(tmp_path),
+        new_writer(
+            tmp_path,
             app_prefix="j",
             schema=SILVER,
             mode="merge",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sinks.errors import RestoreBehindTableError
 from sinks.ownership import EOI_CHECKPOINT_ID, OpenPlan, Ownership, plan_open
+from sinks.sink_errors import RestoreBehindTableError
 from sinks.staging import Manifest, ManifestState
 
 

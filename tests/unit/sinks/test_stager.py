@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from lakestream.merge_spec import MergeSpec
-from sinks.errors import BatchSchemaError, KeyNullError
+from sinks.sink_errors import BatchSchemaError, KeyNullError
 from sinks.stager import Stager, partition_groups
 from sinks.staging import Manifest, StagingArea
 from sinks.table_spec import TableSpec, WriteMode

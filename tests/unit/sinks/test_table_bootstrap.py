@@ -10,7 +10,7 @@ import pytest
 from deltalake import DeltaTable
 
 from lakestream.merge_spec import MergeSpec
-from sinks.errors import TableSchemaError
+from sinks.sink_errors import TableSchemaError
 from sinks.table_bootstrap import TARGET_FILE_SIZE_PROPERTY, open_table
 from sinks.table_spec import TableSpec
 

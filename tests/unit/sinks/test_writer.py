@@ -17,7 +17,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from sinks.committer import CommitHooks
-from sinks.errors import (
+from sinks.sink_errors import (
     BatchSchemaError,
     MarkerOrderError,
     RestoreBehindTableError,
@@ -31,6 +31,7 @@ from tests.support.delta_tables import (
     assert_same_rows,
     commits_with_app,
     expected_rows,
+    new_writer,
     open_writer,
     snapshot_rows,
     staging_leftovers,
@@ -454,7 +455,7 @@ def test_statistics_json_is_what_delta_readers_expect(tmp_path: Path) -> None:
 
 def test_markers_out_of_order_are_refused(tmp_path: Path) -> None:
     t = tmp_path / "t"
-    w = TwoPhaseDeltaWriter(table_uri=str(t), app_prefix="job", schema=SCHEMA)
+    w = new_writer(t, schema=SCHEMA)
     with pytest.raises(MarkerOrderError, match="before OPEN"):
         w.write(batch([1]))
     w.open(restored_checkpoint_id=None, run_id="r", subtask=0, parallelism=1)

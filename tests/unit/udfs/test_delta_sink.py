@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import pyarrow as pa
@@ -10,6 +11,7 @@ from pyflink.common import Row
 
 from runtime.checkpoint_markers import COMMIT, DATA, KIND_FIELD, OPEN, PAYLOAD_FIELD, PRECOMMIT, Marker
 from sinks.flink.delta_sink import DeltaSinkFunction, DeltaSinkSpec, TableWriters
+from sinks.table_spec import TableSpec
 from tests.support.delta_tables import snapshot_rows, txn_version
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
@@ -29,7 +31,7 @@ def test_a_marker_row_decodes_by_name() -> None:
 
 def test_the_writers_follow_the_markers_with_the_coordinates_they_carry(tmp_path: Path) -> None:
     t = tmp_path / "t"
-    spec = DeltaSinkSpec(table_uri=str(t), app_prefix="job", schema=SCHEMA)
+    spec = DeltaSinkSpec(table=TableSpec(table_uri=str(t), schema=SCHEMA), app_prefix="job")
     tables = TableWriters({"t": spec})
     assert tables.on_marker(Row(OPEN, -1, 1, 2, "run-1", None)) == []
     tables.add("t", (1, "a"))
@@ -46,3 +48,22 @@ def test_the_writers_follow_the_markers_with_the_coordinates_they_carry(tmp_path
     assert len(list(sink.process_element(Row(COMMIT, 5, 1, 2, "run-1", None), None))) == 1
     assert snapshot_rows(t, SCHEMA, ["id"]).to_pylist() == [{"id": 1, "v": "a"}, {"id": 2, "v": "b"}]
     assert txn_version(t, "job:run-1:1") == 5
+
+
+def test_the_sink_spec_pickles_with_its_table_spec() -> None:
+    """It is pickled into the Python workers; the writer there gets the same ``TableSpec``."""
+    from lakestream.silver import SILVER_MERGE, SILVER_SCHEMA
+
+    table = TableSpec(
+        table_uri="/lake/silver",
+        schema=SILVER_SCHEMA,
+        mode="merge",
+        merge=SILVER_MERGE,
+        partition_by=["status"],
+        storage_options={"timeout": "5s"},
+        freshness_column="last_event_time",
+    )
+    spec = DeltaSinkSpec(table=table, app_prefix="job/silver", commit="global")
+    again = pickle.loads(pickle.dumps(spec))
+    assert again == spec and again.table.partition_by == ("status",)
+    assert again.new_writer().spec == table and again.new_global_committer().spec == table

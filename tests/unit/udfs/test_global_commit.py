@@ -29,6 +29,7 @@ from sinks.flink.delta_sink import (
     TableWriters,
 )
 from sinks.flink.global_commit import GlobalCommitterFunction
+from sinks.table_spec import TableSpec
 from tests.support.delta_tables import staging_leftovers, table_version, txn_version
 from tests.support.metrics import MetricsContext
 from udfs.ingest_resolve import LATE, SILVER, ResolveBatches
@@ -65,13 +66,14 @@ def gated(
 
 def specs(tmp_path: Path) -> dict[str, DeltaSinkSpec]:
     return {
-        LATE: DeltaSinkSpec(table_uri=str(tmp_path / "late"), app_prefix="late", schema=LATE_SCHEMA),
+        LATE: DeltaSinkSpec(
+            table=TableSpec(table_uri=str(tmp_path / "late"), schema=LATE_SCHEMA), app_prefix="late"
+        ),
         SILVER: DeltaSinkSpec(
-            table_uri=str(tmp_path / "silver"),
+            table=TableSpec(
+                table_uri=str(tmp_path / "silver"), schema=SILVER_SCHEMA, mode="merge", merge=SILVER_MERGE
+            ),
             app_prefix="silver",
-            schema=SILVER_SCHEMA,
-            mode="merge",
-            merge=SILVER_MERGE,
             commit="global",
         ),
     }
@@ -177,7 +179,7 @@ def test_global_tables_need_the_committables_path(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="does not write: nope"):
         tables.apply(marker(PRECOMMIT, 1, 0, 1), counters={"nope": {"x": 1}})
     with pytest.raises(ValueError, match="commit must be"):
-        DeltaSinkSpec(table_uri="t", app_prefix="a", schema=LATE_SCHEMA, commit="sometimes")  # type: ignore[arg-type]
+        DeltaSinkSpec(table=TableSpec(table_uri="t", schema=LATE_SCHEMA), app_prefix="a", commit="sometimes")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="commit='global'"):
         GlobalCommitterFunction([specs(tmp_path)[LATE]])
     with pytest.raises(ValueError, match="commits per subtask"):

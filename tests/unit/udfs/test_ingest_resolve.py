@@ -21,6 +21,7 @@ from lakestream.silver import SILVER_MERGE, SILVER_SCHEMA
 from lakestream.standard import BRONZE_SCHEMA, LATE_SCHEMA, StandardEvent
 from runtime.checkpoint_markers import COMMIT, DATA, OPEN, PRECOMMIT
 from sinks.flink.delta_sink import DeltaSinkSpec
+from sinks.table_spec import TableSpec
 from tests.support.metrics import MetricsContext
 from tests.support.silver_oracle import oracle_rows
 from udfs.ingest_resolve import LATE, SILVER, ResolveBatches
@@ -71,7 +72,9 @@ def data(parts: list[list[StandardEvent]], late: dict[str, int], duplicates: set
 
 def operator(tmp_path: Path) -> tuple[ResolveBatches, MetricsContext]:
     def spec(name: str, schema: pa.Schema, **kw: Any) -> DeltaSinkSpec:
-        return DeltaSinkSpec(table_uri=str(tmp_path / name), app_prefix=f"job/{name}", schema=schema, **kw)
+        return DeltaSinkSpec(
+            table=TableSpec(table_uri=str(tmp_path / name), schema=schema, **kw), app_prefix=f"job/{name}"
+        )
 
     fn = ResolveBatches(
         tables={

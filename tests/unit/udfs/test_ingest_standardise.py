@@ -14,6 +14,7 @@ from lakestream.quality import QualityRules
 from lakestream.standard import BRONZE_SCHEMA, QUARANTINE_SCHEMA
 from runtime.checkpoint_markers import DATA, OPEN
 from sinks.flink.delta_sink import DeltaSinkSpec
+from sinks.table_spec import TableSpec
 from tests.support.metrics import MetricsContext
 from udfs.ingest_rows import HEADER, BatchPart, unpack_events
 from udfs.ingest_standardise import BRONZE, QUARANTINE, REVIEW, StandardiseFunction
@@ -40,7 +41,7 @@ def _kafka_batch(values: list[bytes | None]) -> tuple[Any, ...]:
 
 def _function(tmp_path: Path) -> StandardiseFunction:
     def spec(name: str, schema: Any) -> DeltaSinkSpec:
-        return DeltaSinkSpec(table_uri=str(tmp_path / name), app_prefix=name, schema=schema)
+        return DeltaSinkSpec(table=TableSpec(table_uri=str(tmp_path / name), schema=schema), app_prefix=name)
 
     return StandardiseFunction(
         sources_by_topic={TOPIC: "payments"},
