@@ -1,45 +1,9 @@
 """Ingest job: the four source topics into bronze, quarantine, review, late and silver Delta tables.
 
-Graph (operator uids in brackets; all stable, keep them across upgrades; every stage at parallelism p)::
-
-    Kafka, all source topics [ingest-kafka-source]
-      -> per-partition batches + checkpoint markers [ingest-standardise-markers]           (chained)
-      -> standardise: adapter by topic + quality.classify [ingest-standardise]             (chained)
-           writes itself   bronze/order_events        every standardised event, duplicates included
-           writes itself   review/order_events        SUSPICIOUS (never in silver, never in watermarks)
-           writes itself   quarantine/order_events    adapter rejects + INVALID, raw bytes + reason
-           main: per batch a header (event times) and the VALID events split by owning subtask
-      -> event-time gate, per Kafka partition [ingest-event-time-gate]                     (chained)
-      => keyed by order (bucket = key group)
-      -> de-dup by event id in keyed state + resolve markers [ingest-dedup]
-      -> resolve orders [ingest-resolve-orders]                                            (chained)
-           writes itself   late/order_events          late arrivals + their watermark
-           stages          silver/orders              partial rows per order, pre-reduced per checkpoint
-           main: silver's committables, one per prepared checkpoint
-      -> checkpoint markers [ingest-silver-committer-markers]                            parallelism 1
-      -> silver committer [ingest-silver-committer]                                      1 (chained)
-           commits         silver/orders              ONE MERGE per checkpoint with the per-field guard,
-                                                      one txn action per resolve subtask
-      -> discard [ingest-silver-committer-end]                                           1 (chained)
-    With ``tables.silver_layout = "merge_on_read"`` (same graph, same uids) the resolve subtasks stage
-    for silver/orders_changes, and the committer appends each checkpoint's rows, folded per order, to it
-    in one commit, and folds the changes into silver/orders in a background thread (section 13).
-    de-dup side output: the fresh VALID events' gold inputs (gold.enabled)
-      -> allowed lateness + partials per window, flushed at barriers [ingest-gold-lateness]   (chained)
-      => keyed by window start
-      -> gold metrics per window in keyed state [ingest-gold-aggregate-<digest>]          parallelism 1
-      -> newest row per window + markers [ingest-gold-upsert-markers]                   1
-           (second input: the lateness gate's watermarks, which stamp the rows)
-      -> gold writer, in the silver committer's operator [ingest-silver-committer]           1
-           (its second input: one Python worker runs both sinks, each on its own markers)
-           commits         gold/order_metrics_5m      upsert by window_start, never over a batch row
-
-Records cross the JVM/Python boundary in per-partition batches, flushed before every checkpoint
-barrier; each Python operator writes its own tables exactly once under the marker protocol, except
-silver, which the resolve subtasks stage and one global committer commits, so that it gets one MERGE
-per checkpoint whatever the resolve parallelism. Why late is decided per partition in Java, and why
-silver needs no Flink state: DESIGN.md section 2; the commit protocol and the global committer:
-section 3; ``--bounded`` and resuming: section 4; the speed layer: section 11.6.
+Standardise (adapters + quality tags) writes bronze, review and quarantine; a per-partition event-time
+gate and keyed de-dup in Java feed resolve, which writes late and stages silver for one global
+committer (one MERGE per checkpoint); the gold speed layer runs beside it in the JVM. The graph with
+its operator uids: DESIGN.md section 14.1; the rules behind it: sections 2, 3, 4 and 11.6.
 """
 
 from __future__ import annotations
