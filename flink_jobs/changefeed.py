@@ -21,22 +21,15 @@ Run: ``lakestream changefeed --table silver/orders --to delta:audit/orders`` (or
 
 from __future__ import annotations
 
-import base64
-import json
-from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta
-from decimal import Decimal
+from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from flink_jobs.positions_topic import default_positions_topic
 from lakestream.config import Config, ConfigError
-from lakestream.progress import Progress
+from sinks.flink.kafka_changes import kafka_change_sink
 from sources.offsets import SourceOffset
-
-if TYPE_CHECKING:  # pragma: no cover
-    pass
 
 
 @dataclass(frozen=True)
@@ -63,49 +56,6 @@ def resolve_table(cfg: Config, name: str) -> str:
     if "://" in name or Path(name).is_absolute():
         return name
     return cfg.lakehouse.table_uri(name)
-
-
-def _json_value(value: Any) -> Any:
-    if isinstance(value, datetime | date | time):
-        return value.isoformat()
-    if isinstance(value, Decimal):
-        return str(value)
-    if isinstance(value, bytes | bytearray):
-        return base64.b64encode(bytes(value)).decode("ascii")
-    if isinstance(value, dict):
-        return {str(k): _json_value(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_value(v) for v in value]
-    return value
-
-
-def change_event_json(names: Sequence[str], row: Sequence[Any]) -> str:
-    """One output row of the CDF source as a JSON change event (columns + metadata fields)."""
-    return json.dumps(
-        {name: _json_value(v) for name, v in zip(names, row, strict=True)},
-        separators=(",", ":"),
-        ensure_ascii=False,
-    )
-
-
-class _ToKafkaRecord:
-    """Picklable row -> ``(topic, key, value)`` mapper: a change event for the output topic, or, for a
-    ``Progress``, the source's position for the positions topic (key: the feed's app prefix)."""
-
-    def __init__(self, names: Sequence[str], topic: str, positions_topic: str, position_key: str) -> None:
-        self.names = tuple(names)
-        self.topic = topic
-        self.positions_topic = positions_topic
-        self.position_key = position_key
-
-    def __call__(self, row: Any) -> Any:
-        from pyflink.common import Row
-
-        from flink_jobs.positions_topic import position_value
-
-        if type(row) is Progress:
-            return Row(self.positions_topic, self.position_key, position_value(row.values))
-        return Row(self.topic, None, change_event_json(self.names, row))
 
 
 def build_changefeed_job(
@@ -206,55 +156,9 @@ def app_prefix(table: str) -> str:
 def audit_spec(cfg: Config, table: str, target: ChangefeedTarget, schema: Any) -> Any:
     """The audit table's sink (``sinks.flink.delta_sink.DeltaSinkSpec``)."""
     from sinks.flink.delta_sink import DeltaSinkSpec
+    from sinks.table_spec import TableSpec
 
     return DeltaSinkSpec(
-        table_uri=resolve_table(cfg, target.value),
+        table=TableSpec(table_uri=resolve_table(cfg, target.value), schema=schema, mode="append"),
         app_prefix=app_prefix(table),
-        schema=schema,
-        mode="append",
     )
-
-
-def kafka_change_sink(
-    rows: Any,
-    *,
-    names: Sequence[str],
-    topic: str,
-    positions_topic: str,
-    position_key: str,
-    bootstrap_servers: str,
-    exactly_once: bool,
-    transactional_id_prefix: str,
-    uid: str,
-) -> None:
-    """Write the Delta source's rows (with ``Progress`` records) as JSON change events to ``topic``.
-
-    One writer (keeps the commit order); each ``Progress`` becomes a position record in
-    ``positions_topic`` in the same transaction as the events before it. Operator uids: ``<uid>-json``,
-    ``<uid>``.
-    """
-    from pyflink.common import Types
-    from pyflink.datastream.connectors.kafka import DeliveryGuarantee, KafkaSink
-    from pyflink.java_gateway import get_gateway
-
-    record_type = Types.ROW_NAMED(["topic", "key", "value"], [Types.STRING(), Types.STRING(), Types.STRING()])
-    events = (
-        rows.map(_ToKafkaRecord(names, topic, positions_topic, position_key), output_type=record_type)
-        .name("to JSON change event")
-        .uid(f"{uid}-json")
-    )
-    events = events.set_parallelism(1)
-    builder = KafkaSink.builder().set_bootstrap_servers(bootstrap_servers)
-    # The topic (and key) travel with each record: PyFlink's builder offers a fixed topic only.
-    builder._j_builder.setRecordSerializer(get_gateway().jvm.io.lakestream.flink.RoutedKafkaRecords())
-    if exactly_once:
-        builder = (
-            builder.set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE)
-            .set_transactional_id_prefix(transactional_id_prefix)
-            # Within the broker default cap (transaction.max.timeout.ms = 15 min).
-            .set_property("transaction.timeout.ms", "900000")
-        )
-    else:
-        builder = builder.set_delivery_guarantee(DeliveryGuarantee.AT_LEAST_ONCE)
-    # One writer keeps the commit order of the (keyless) events.
-    events.sink_to(builder.build()).name(f"kafka {topic}").uid(uid).set_parallelism(1)

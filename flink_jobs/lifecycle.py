@@ -1,8 +1,11 @@
-"""How a Kafka job runs: where it starts, how it resumes or completes an earlier run, how it ends.
+"""How a job runs: where it starts, how it resumes or completes an earlier run, how it ends.
 
-Every Kafka job (``ingest``, ``land``) and the demo run through :func:`run_kafka_job`: the start plan
-comes from ``flink_jobs.resume``, the graph from the job's ``build``, and a bounded run's end commits
-its offsets to the consumer group and closes its lineage (DESIGN.md section 9).
+Every run takes the same steps (:func:`plan_run`, then :func:`run_lineage`): the start plan from
+``flink_jobs.resume``, its lineage begun and the folder pruned, the graph built, executed with Flink's
+failures put in the user's terms, and a run that ended by itself closing its lineage. Every Kafka job
+(``ingest``, ``land``) and the demo run through :func:`run_kafka_job`, which adds where Kafka starts and
+a bounded run's commit of its offsets to the consumer group; the change feed through
+``flink_jobs.changefeed_run`` (DESIGN.md section 9).
 """
 
 from __future__ import annotations
@@ -13,14 +16,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lakestream.config import Config, ConfigError
+from lakestream.errors import FAILED, LakestreamError
 from sources.flink.kafka_input import EndOffsets, StartingOffsets, resolve_start_offsets, split_name
 
 if TYPE_CHECKING:  # pragma: no cover
-    from flink_jobs.resume import JobFolder, StartPlan
+    from flink_jobs.resume import JobFolder, Lineage, StartPlan
+
+#: How a job's failure is put in the user's terms: the error to raise instead, or None to raise it as is.
+FailureTranslation = Callable[[Exception], Exception | None]
 
 
-class JobFailedError(RuntimeError):
+class JobFailedError(LakestreamError, RuntimeError):
     """The job ran and failed for a reason the message says (exit code 1)."""
+
+    exit_code = FAILED
+    preface = "job failed: "
 
 
 def broker(cfg: Config) -> str:
@@ -49,6 +59,101 @@ def detached(result: Any) -> bool:
     """Whether ``env.execute`` only submitted the job (``flink run -d``): it has not finished yet."""
     j_result = getattr(result, "_j_job_execution_result", None)
     return j_result is not None and j_result.getClass().getSimpleName() == "DetachedJobExecutionResult"
+
+
+def plan_run(
+    folder: JobFolder, *, fresh: bool, bounded: bool, kafka: bool, tables: Iterable[tuple[str, str]]
+) -> StartPlan:
+    """Where a run of the job in ``folder`` starts (``flink_jobs.resume.plan_start``).
+
+    ``tables``: (table uri, app prefix) of the outputs whose end-of-input commits say that the newest
+    lineage ended; ``kafka``: the job reads Kafka (see ``plan_start``).
+    """
+    from flink_jobs import resume
+
+    newest = None if fresh else folder.newest()
+    checkpoint = folder.checkpoint(newest) if newest is not None else None
+    ended = newest is not None and resume.lineage_ended(
+        tables, newest.run_id, newest.widest, txn_version=resume.table_txn_version
+    )
+    return resume.plan_start(
+        fresh=fresh,
+        newest=newest,
+        checkpoint=checkpoint,
+        legacy=None if fresh else folder.legacy_checkpoint(),
+        ended=ended,
+        bounded=bounded,
+        kafka=kafka,
+    )
+
+
+def run_lineage(
+    cfg: Config,
+    folder: JobFolder,
+    plan: StartPlan,
+    *,
+    job_name: str,
+    bounded: bool,
+    parallelism: int,
+    start: dict[str, Any],
+    build: Callable[[Lineage], Any],
+    failure: FailureTranslation,
+    end: dict[str, int] | None = None,
+    at_end: Callable[[], None] | None = None,
+) -> bool:
+    """Run the job ``build`` assembles, as ``plan`` says; True when it ended by itself (``bounded``).
+
+    Begins the lineage the run continues or starts (described by ``parallelism``, ``start``, ``end``),
+    prunes what it supersedes, builds the graph for that lineage and executes it (``failure``: see
+    :func:`execute`). A detached submission has not finished: its lineage stays open for the next run.
+    A bounded run that finished does ``at_end`` and then closes its lineage, so the next run starts at
+    the position its output recorded.
+    """
+    from flink_jobs import resume
+
+    lineage = resume.lineage_for_run(
+        folder, plan, bounded=bounded, parallelism=parallelism, start=start, end=end
+    )
+    folder.begin(lineage)
+    folder.prune(lineage, keep_checkpoint=plan.checkpoint)
+    result = execute(build(lineage), job_name, cfg, failure)
+    if detached(result):
+        print("submitted detached: the next run continues from this run's checkpoints", flush=True)
+        return False
+    if not bounded:
+        return False
+    if at_end is not None:
+        at_end()
+    folder.finish(lineage)
+    return True
+
+
+def execute(env: Any, name: str, cfg: Config, failure: FailureTranslation) -> Any:
+    """Run the job built on ``env``; a failure ``failure`` translates is raised as its translation (with
+    Flink's as the cause), anything else as it is."""
+    from runtime.cluster_slots import execute_job
+
+    try:
+        return execute_job(env, name, cfg.flink)
+    except Exception as exc:
+        translated = failure(exc)
+        if translated is None:
+            raise
+        raise translated from exc
+
+
+def refused_checkpoint(
+    checkpoint: Path | None, command: str, *, completing: str | None = None
+) -> FailureTranslation:
+    """Flink refusing ``checkpoint`` for state the graph has no place for, as the error with the way on
+    (``flink_jobs.resume.unrestorable``); no other failure is translated."""
+
+    def translate(exc: Exception) -> Exception | None:
+        from flink_jobs.resume import unrestorable
+
+        return None if checkpoint is None else unrestorable(exc, checkpoint, command, completing=completing)
+
+    return translate
 
 
 @dataclass(frozen=True)
@@ -100,23 +205,8 @@ def run_kafka_job(cfg: Config, job: KafkaJob, *, bounded: bool, fresh: bool, com
     check_runtime(cfg.flink)
     bootstrap = broker(cfg)
     folder = job_folder(cfg, job.name)
-    newest = None if fresh else folder.newest()
-    checkpoint = folder.checkpoint(newest) if newest is not None else None
-    ended = newest is not None and resume.lineage_ended(
-        [(t.table_uri, t.app_prefix) for t in job.tables],
-        newest.run_id,
-        newest.widest,
-        txn_version=resume.table_txn_version,
-    )
-    plan = resume.plan_start(
-        fresh=fresh,
-        newest=newest,
-        checkpoint=checkpoint,
-        legacy=None if fresh else folder.legacy_checkpoint(),
-        ended=ended,
-        bounded=bounded,
-        kafka=True,
-    )
+    tables = [(t.table.table_uri, t.app_prefix) for t in job.tables]
+    plan = plan_run(folder, fresh=fresh, bounded=bounded, kafka=True, tables=tables)
     if plan.action == "complete":
         _complete_bounded_run(cfg, job, plan, bootstrap, command)
         plan = resume.StartPlan("new", reason="the previous bounded run is complete now")
@@ -151,56 +241,38 @@ def run_kafka_job(cfg: Config, job: KafkaJob, *, bounded: bool, fresh: bool, com
         }
     else:
         print(f"resuming from checkpoint {plan.checkpoint} ({plan.reason})", flush=True)
-    lineage = resume.lineage_for_run(
+    options: dict[str, Any] = {"watermark_seeds": seeds} if job.watermarks else {}
+    resume_from = plan.checkpoint
+
+    def build(lineage: Lineage) -> Any:
+        return job.build(
+            cfg,
+            bootstrap_servers=bootstrap,
+            bounded=bounded,
+            end_offsets=ends if bounded else None,
+            start_offsets=start_offsets,
+            checkpoint_dir=str(lineage.folder),
+            resume_from=resume_from,
+            run_id=lineage.run_id,
+            **options,
+        )
+
+    finished = run_lineage(
+        cfg,
         folder,
         plan,
+        job_name=job.job_name,
         bounded=bounded,
         parallelism=cfg.flink.parallelism,
         start=start,
         end={split_name(t, p): o for (t, p), o in sorted(ends.items())} if bounded else None,
+        build=build,
+        failure=refused_checkpoint(plan.checkpoint, command),
+        at_end=lambda: commit_group_offsets(bootstrap, job.group_id, ends),
     )
-    folder.begin(lineage)
-    folder.prune(lineage, keep_checkpoint=plan.checkpoint)
-    options: dict[str, Any] = {"watermark_seeds": seeds} if job.watermarks else {}
-    env = job.build(
-        cfg,
-        bootstrap_servers=bootstrap,
-        bounded=bounded,
-        end_offsets=ends if bounded else None,
-        start_offsets=start_offsets,
-        checkpoint_dir=str(lineage.folder),
-        resume_from=plan.checkpoint,
-        run_id=lineage.run_id,
-        **options,
-    )
-    result = _execute(env, job.job_name, cfg, plan.checkpoint, command)
-    if detached(result):
-        print("submitted detached: the next run continues from this run's checkpoints", flush=True)
-        return 0
-    if bounded:
-        commit_group_offsets(bootstrap, job.group_id, ends)
-        folder.finish(lineage)
+    if finished:
         print_tables(cfg.lakehouse.root)
     return 0
-
-
-def _execute(
-    env: Any, name: str, cfg: Config, checkpoint: Path | None, command: str, *, completing: str | None = None
-) -> Any:
-    """Run the job built on ``env``; Flink refusing ``checkpoint`` for state this graph has no place
-    for becomes the error with the way on (``resume.unrestorable``), anything else is raised as it is."""
-    from flink_jobs.resume import unrestorable
-    from runtime.cluster_slots import execute_job
-
-    try:
-        return execute_job(env, name, cfg.flink)
-    except Exception as exc:
-        refused = (
-            None if checkpoint is None else unrestorable(exc, checkpoint, command, completing=completing)
-        )
-        if refused is not None:
-            raise refused from exc
-        raise
 
 
 def _complete_bounded_run(cfg: Config, job: KafkaJob, plan: StartPlan, bootstrap: str, command: str) -> None:
@@ -210,7 +282,8 @@ def _complete_bounded_run(cfg: Config, job: KafkaJob, plan: StartPlan, bootstrap
     checkpoint (or, without one, replayed from where the run started), every writer that committed its
     end stages nothing more (its input is in) and the others commit theirs: exact (DESIGN.md section 9).
     """
-    from flink_jobs.resume import ResumeError, job_folder_of
+    from flink_jobs.resume import job_folder_of
+    from lakestream.progress import ResumeError
     from sources.flink.kafka_input import commit_group_offsets, parse_split
 
     lineage = plan.lineage
@@ -247,7 +320,7 @@ def _complete_bounded_run(cfg: Config, job: KafkaJob, plan: StartPlan, bootstrap
         **options,
     )
     name = f"{job.job_name} (completing run {lineage.run_id})"
-    _execute(env, name, run_cfg, plan.checkpoint, command, completing=lineage.run_id)
+    execute(env, name, run_cfg, refused_checkpoint(plan.checkpoint, command, completing=lineage.run_id))
     commit_group_offsets(bootstrap, job.group_id, end)
     folder.finish(lineage)
 

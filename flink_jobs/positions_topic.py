@@ -3,35 +3,19 @@
 The change feed's Kafka writer sends its change events to the output topic and, after each poll's
 events, the Delta source's new position to a positions topic (key: the feed's app prefix), through one
 transactional producer: a read_committed consumer sees a position exactly when it sees every change
-before it, so the newest committed position is exact (DESIGN.md section 9). The next run reads it here.
+before it, so the newest committed position is exact (DESIGN.md section 9). The next run reads it here;
+the record's value is ``sinks.change_events.position_value``.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
-
-#: What a position record's value holds besides the progress values.
-POSITION_FORMAT = 1
 
 
 def default_positions_topic(topic: str) -> str:
     """The positions topic of output topic ``topic`` unless ``--positions-topic`` names another."""
     return f"{topic}.lakestream-positions"
-
-
-def position_value(progress: dict[str, int]) -> str:
-    """A position record's value (JSON)."""
-    return json.dumps({"format": POSITION_FORMAT, "progress": dict(sorted(progress.items()))})
-
-
-def parse_position(text: str) -> dict[str, int]:
-    """The progress values of a position record's value."""
-    doc = json.loads(text)
-    if not isinstance(doc, dict) or doc.get("format") != POSITION_FORMAT:
-        raise ValueError(f"not a lakestream position record: {text[:200]!r}")
-    return {str(k): int(v) for k, v in doc["progress"].items()}
 
 
 def ensure_positions_topic(bootstrap_servers: str, topic: str, *, timeout: float = 30) -> None:
@@ -70,7 +54,7 @@ def read_position(bootstrap_servers: str, topic: str, key: str, *, timeout: floa
     """
     from kafka import KafkaConsumer, TopicPartition
 
-    from flink_jobs.resume import ResumeError
+    from lakestream.progress import ResumeError
 
     consumer: Any = KafkaConsumer(
         bootstrap_servers=bootstrap_servers,

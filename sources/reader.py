@@ -1,4 +1,4 @@
-"""Read a :class:`~sources.planner.BatchPlan` into Arrow tables in the stream's output schema.
+"""Read a :class:`~sources.batch_plan.BatchPlan` into Arrow tables in the stream's output schema.
 
 Table-changes files are read with pyarrow directly; CDF versions come from deltalake's ``load_cdf`` one
 version at a time, so memory holds one version. The output columns are defined in DESIGN.md section 6.
@@ -15,10 +15,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from sources.errors import DataLossError, UnsupportedTableError
+from lakestream.time import utc_from_ms
+from sources.batch_plan import BatchPlan, PlannedCdfVersion, PlannedFile
 from sources.options import SourceMode
-from sources.planner import BatchPlan, PlannedCdfVersion, PlannedFile
+from sources.source_errors import DataLossError
 from storage.delta_log import DeltaLog, normalize_schema, normalize_type
+from storage.read_errors import UnsupportedTableError
 
 CHANGE_TYPE = "_change_type"
 COMMIT_VERSION = "_commit_version"
@@ -154,7 +156,7 @@ class PlanReader:
     def _metadata_columns(self, n: int, version: int, ts_ms: int, change_type: str | None) -> list[pa.Array]:
         cols = [
             constant_array(version, pa.int64(), n),
-            constant_array(datetime.fromtimestamp(ts_ms / 1000, tz=timezone.utc), COMMIT_TIMESTAMP_TYPE, n),
+            constant_array(utc_from_ms(ts_ms), COMMIT_TIMESTAMP_TYPE, n),
         ]
         if self.mode == "cdf":
             cols.insert(0, constant_array(change_type or "insert", pa.string(), n))

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from sources.batch_plan import Backlog, BatchPlan
 from sources.offsets import SourceOffset
 from sources.options import DeltaSourceOptions
-from sources.planner import Backlog, BatchPlan, BatchPlanner
+from sources.planner import BatchPlanner
 from sources.reader import PlanReader, output_schema
 from sources.trigger_progress import TriggerProgress, trigger_progress
 from storage.delta_log import DeltaLog
@@ -26,7 +27,7 @@ def resolve_read_schema(table_uri: str, *, storage_options: Mapping[str, str] | 
     log = DeltaLog(table_uri, storage_options=storage_options)
     versions = log.commit_versions()
     if not versions:
-        from sources.errors import DeltaSourceError
+        from sources.source_errors import DeltaSourceError
 
         raise DeltaSourceError(f"{table_uri} is not a Delta table (no commits in _delta_log)")
     return log.metadata_at(versions[-1]).arrow_schema()

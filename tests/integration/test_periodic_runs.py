@@ -290,7 +290,8 @@ FAILING_KAFKA_FEED = textwrap.dedent(
     from lakestream.config import FlinkConfig
     from runtime.flink_env import build_env
     from lakestream.progress import Progress
-    from flink_jobs.changefeed import app_prefix, kafka_change_sink
+    from flink_jobs.changefeed import app_prefix
+    from sinks.flink.kafka_changes import kafka_change_sink
     from flink_jobs.positions_topic import default_positions_topic, ensure_positions_topic
     from sources.flink.delta_source import delta_source
     from sources.options import DeltaSourceOptions

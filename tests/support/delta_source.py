@@ -10,9 +10,9 @@ from typing import Any
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
+from sources.batch_plan import BatchPlan
 from sources.offsets import SourceOffset
 from sources.options import DeltaSourceOptions
-from sources.planner import BatchPlan
 from sources.reader import table_rows
 from sources.stream_reader import DeltaStreamReader
 

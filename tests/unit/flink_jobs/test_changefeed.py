@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from cli.main import build_parser
-from cli.cmd_changefeed import source_failure
-from flink_jobs.changefeed import ChangefeedTarget, change_event_json, resolve_table
+from flink_jobs.changefeed import ChangefeedTarget, resolve_table
+from flink_jobs.changefeed_run import source_failure
 from lakestream.config import Config, ConfigError, LakehouseConfig
+from sinks.change_events import change_event_json
 
 
 def test_targets() -> None:
@@ -86,7 +87,9 @@ def test_change_events_are_flat_json_with_the_metadata_fields() -> None:
 def test_source_failures_are_found_in_a_flink_traceback() -> None:
     text = (
         "py4j...\nCaused by: ...\n  File x\n"
-        "sources.errors.DataLossError: cannot continue: version 3\n\tat org..."
+        "sources.source_errors.DataLossError: cannot continue: version 3\n\tat org..."
     )
     assert source_failure(text) == "DataLossError: cannot continue: version 3"
+    unsupported = "storage.read_errors.UnsupportedTableError: data file 'x' lies outside the table root"
+    assert source_failure(unsupported) == "UnsupportedTableError: data file 'x' lies outside the table root"
     assert source_failure("java.lang.RuntimeException: boom") is None

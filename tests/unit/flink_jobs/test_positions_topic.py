@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from flink_jobs.positions_topic import default_positions_topic, parse_position, position_value
+from flink_jobs.positions_topic import default_positions_topic
+from sinks.change_events import parse_position, position_value
 
 
 def test_value_round_trips() -> None:
