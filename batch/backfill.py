@@ -26,6 +26,7 @@ from deltalake import CommitProperties, DeltaTable, QueryBuilder, write_deltalak
 from deltalake.exceptions import TableNotFoundError
 
 from lakestream.config import Config
+from lakestream.errors import FAILED
 from lakestream.gold import (
     DELIVERY_ORDER,
     GOLD_SCHEMA,
@@ -41,13 +42,13 @@ from lakestream.gold import (
     windows_of_range,
 )
 from lakestream.progress import PROGRESS_KEY
-from lakestream.time import iso_utc
-from maintenance.errors import MaintenanceError, TableMissingError
+from lakestream.time import format_duration, iso_utc, utc_from_ms
 from maintenance.facts import TableRef
+from maintenance.maintenance_errors import MaintenanceError, TableMissingError
 from maintenance.operations import with_retries
-from maintenance.retention import format_duration
-from storage.delta_log import DeltaLog, is_local_uri, local_path, normalize_schema
+from storage.delta_log import commit_ms, is_local_uri, local_path, normalize_schema
 from storage.retry_policy import RetryPolicy
+from storage.time_travel import OutOfReachError, open_table_at
 
 UTC = timezone.utc
 
@@ -78,6 +79,8 @@ class RangeError(MaintenanceError):
 
 class StagingCheckError(MaintenanceError):
     """The staged rows failed their check; gold was not touched and the staging table is kept."""
+
+    exit_code = FAILED
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +141,7 @@ def stream_watermark(bronze: DeltaTable, max_out_of_orderness: timedelta) -> dat
     if not newest:
         return None
     # Flink's BoundedOutOfOrdernessWatermarks, as the gate computes them: newest - bound - 1 ms.
-    lowest = datetime.fromtimestamp(min(newest.values()) / 1000, UTC)
+    lowest = utc_from_ms(min(newest.values()))
     return lowest - max_out_of_orderness - timedelta(milliseconds=1)
 
 
@@ -183,23 +186,13 @@ def check_closed(
 def open_bronze(uri: str, version: int | None) -> DeltaTable:
     """Bronze at ``version`` (latest when None); errors name the table and ``--as-of``."""
     try:
-        dt = DeltaTable(uri)
+        return open_table_at(uri, version, name="--as-of")
     except TableNotFoundError:
         raise TableMissingError(
             f"no bronze table at {uri}; run `lakestream ingest` first (or set lakehouse.root)"
         ) from None
-    if version is not None:
-        latest = dt.version()
-        if not 0 <= version <= latest:
-            raise RangeError(f"--as-of {version}: bronze versions go from 0 to {latest}; pass one of them")
-        try:
-            dt.load_as_version(version)
-        except Exception as exc:  # delta-rs raises several types for a version it cannot load
-            raise RangeError(
-                f"--as-of {version}: bronze cannot be loaded there ({str(exc).splitlines()[0]}); log "
-                "cleanup removes old versions, pass a newer one"
-            ) from None
-    return dt
+    except OutOfReachError as exc:
+        raise RangeError(str(exc)) from None
 
 
 def _literal(t: datetime) -> str:
@@ -261,11 +254,10 @@ def recompute(
 
 
 def _commit_time(uri: str, dt: DeltaTable, version: int) -> datetime:
-    commit = DeltaLog(uri).read_commit(version)
-    if commit is not None and commit.timestamp_ms is not None:
-        return datetime.fromtimestamp(commit.timestamp_ms / 1000, tz=UTC)
-    history = dt.history(1)
-    return datetime.fromtimestamp(int(history[0]["timestamp"]) / 1000, tz=UTC)
+    committed = commit_ms(uri, version)
+    if committed is not None:
+        return utc_from_ms(committed)
+    return utc_from_ms(int(dt.history(1)[0]["timestamp"]))
 
 
 def check_rows(rows: pa.Table, start: datetime, end: datetime, settings: GoldSettings) -> list[str]:

@@ -453,7 +453,8 @@ def run_memory(
     from benchmarks.flink_rest import RestSampler, free_port, rest_settings, rocksdb_settings
     from benchmarks.procs import SLOT_WORKERS, WORKER, RssSampler, expected_workers, one_worker_per_operator
     from benchmarks.unbounded import unbounded_ingest
-    from lakestream.config import load_config, parse_duration
+    from lakestream.config import load_config
+    from lakestream.time import parse_duration
 
     seconds = minutes * 60
     ttls = ttl_overrides(ttl) if ttl else {}

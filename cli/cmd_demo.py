@@ -6,7 +6,8 @@ import argparse
 
 from cli.common import SubParsers, add_command, load
 from demo.run_demo import run_demo
-from lakestream.config import ConfigError, parse_duration
+from lakestream.config import ConfigError
+from lakestream.time import parse_duration
 
 
 def register(subparsers: SubParsers) -> argparse.ArgumentParser:
@@ -45,7 +46,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         raise ConfigError(f"--events: expected a positive number of events, got {args.events}")
     if args.produce_seconds < 0:
         raise ConfigError(f"--produce-seconds: expected 0 or more seconds, got {args.produce_seconds}")
-    interval = parse_duration(args.checkpoint_interval, key="--checkpoint-interval")
+    interval = parse_duration(args.checkpoint_interval, key="--checkpoint-interval", error=ConfigError)
     if interval.total_seconds() <= 0:
         raise ConfigError("--checkpoint-interval: the demo's bounded job needs checkpoints, e.g. 2s")
     return run_demo(

@@ -6,6 +6,7 @@ import argparse
 
 from cli.common import SubParsers, add_command, load
 from lakestream.config import ConfigError
+from lakestream.time import parse_time
 
 
 def cmd_tables(args: argparse.Namespace) -> int:
@@ -15,6 +16,7 @@ def cmd_tables(args: argparse.Namespace) -> int:
     from serving.table_summary import print_table_at, print_tables
 
     cfg = load(args)
+    as_of = None if args.as_of is None else parse_time(args.as_of, name="--as-of")
     if args.table is None:
         if args.version is not None:
             raise ConfigError(
@@ -25,10 +27,10 @@ def cmd_tables(args: argparse.Namespace) -> int:
             raise ConfigError(
                 "--rows: name the table to show rows of, e.g. `lakestream tables silver/orders --rows 10`"
             )
-        print_tables(cfg.lakehouse.root, as_of=args.as_of)
+        print_tables(cfg.lakehouse.root, as_of=as_of)
         return 0
     ref = resolve_table(cfg, args.table)
-    at = args.version if args.version is not None else args.as_of
+    at = args.version if args.version is not None else as_of
     print_table_at(ref.uri, ref.name, at, rows=args.rows)
     return 0
 

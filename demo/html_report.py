@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from lakestream.table_names import BRONZE_TABLE, LATE_TABLE, TABLES
-from storage.delta_commits import END_OF_INPUT, Commit, TableLog
+from lakestream.time import human_duration, iso_utc, iso_utc_ms
+from storage.delta_log import END_OF_INPUT, CommitSummary, TableLog
 
 GOLD_TABLE = "gold/order_metrics_5m"
 GOLD_COLUMNS = ("window_start", "events", "gmv", "layer")
@@ -87,22 +88,7 @@ def quantiles(values: Sequence[float], qs: Sequence[float] = (0.0, 0.5, 0.99, 1.
     return [ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))] for q in qs]
 
 
-def human_duration(seconds: float) -> str:
-    """A duration for people: ``42 s``, ``5 min``, ``2.5 h``, ``913.4 days``."""
-    if seconds < 120:
-        return f"{seconds:g} s"
-    if seconds < 2 * 3600:
-        return f"{seconds / 60:.3g} min"
-    if seconds < 2 * 86400:
-        return f"{seconds / 3600:.3g} h"
-    return f"{seconds / 86400:,.1f} days"
-
-
-def _iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds")
-
-
-def rows_changed(commit: Commit) -> int:
+def rows_changed(commit: CommitSummary) -> int:
     """Rows a commit wrote for its checkpoint: a MERGE's inserted and updated rows, else rows added.
 
     A MERGE rewrites whole files, so the rows it adds include unchanged rows copied along.
@@ -113,7 +99,7 @@ def rows_changed(commit: Commit) -> int:
     return commit.rows_added
 
 
-def commit_points(commits: Sequence[Commit]) -> list[dict[str, Any]]:
+def commit_points(commits: Sequence[CommitSummary]) -> list[dict[str, Any]]:
     """One table's checkpoint commits (those with txn actions) as chart points, one per checkpoint.
 
     A checkpoint can have several commits (one per writer subtask). Each point: ``checkpoint`` (id, or
@@ -122,7 +108,7 @@ def commit_points(commits: Sequence[Commit]) -> list[dict[str, Any]]:
     oldest row waited to become visible, the largest over the commits; None without ``ingest_time``),
     and ``merge_ms`` (MERGE execution time, None for appends).
     """
-    groups: dict[int, list[Commit]] = {}
+    groups: dict[int, list[CommitSummary]] = {}
     for c in commits:
         if c.is_checkpoint:
             groups.setdefault(c.checkpoint or 0, []).append(c)
@@ -134,7 +120,7 @@ def commit_points(commits: Sequence[Commit]) -> list[dict[str, Any]]:
             {
                 "checkpoint": "end of input" if checkpoint == END_OF_INPUT else checkpoint,
                 "versions": [c.version for c in group],
-                "time": _iso(max(c.timestamp_ms for c in group)),
+                "time": iso_utc_ms(max(c.timestamp_ms for c in group)),
                 "rows": sum(rows_changed(c) for c in group),
                 "latency_ms": max(latencies) if latencies else None,
                 "merge_ms": sum(merges) if merges else None,
@@ -217,7 +203,7 @@ def lateness_data(root: Path, max_out_of_orderness: timedelta) -> dict[str, Any]
     }
 
 
-def table_infos(root: Path, names: Sequence[str]) -> tuple[list[TableInfo], dict[str, list[Commit]]]:
+def table_infos(root: Path, names: Sequence[str]) -> tuple[list[TableInfo], dict[str, list[CommitSummary]]]:
     """Rows, version and commits of each existing table among ``names``."""
     from serving.table_summary import table_summary
 
@@ -238,9 +224,7 @@ def table_infos(root: Path, names: Sequence[str]) -> tuple[list[TableInfo], dict
 
 def gold_data(root: Path) -> dict[str, dict[str, list[Any]]] | None:
     """Per-layer window series of the gold table, None when there is no gold table."""
-    from storage.delta_commits import commit_path
-
-    if not commit_path(root / GOLD_TABLE, 0).is_file():
+    if not TableLog(root / GOLD_TABLE).exists:
         return None
     return gold_series(_read(root / GOLD_TABLE, GOLD_COLUMNS))
 
@@ -421,7 +405,7 @@ def build_report(
     gold = gold_data(base)
     data: dict[str, Any] = {
         "root": str(base),
-        "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "generated": iso_utc(datetime.now(timezone.utc).replace(microsecond=0)),
         "tables": {
             i.name: {
                 "path": i.path,

@@ -3,7 +3,7 @@ quarantined and checkpoints, while the job runs.
 
 Everything shown is read from outside the job, so it works the same for a local MiniCluster and a
 cluster: the producer's acknowledged counts, and the tables' ``_delta_log`` commits
-(:mod:`storage.delta_commits`): rows from the ``add`` statistics, checkpoints from the sinks' txn
+(:class:`storage.delta_log.TableLog`): rows from the ``add`` statistics, checkpoints from the sinks' txn
 actions, late and duplicate events from silver's ``lakestream.counters``. On a terminal it is a
 ``rich`` live table redrawn twice a second; otherwise (CI logs, a pipe) one plain line every few
 seconds.
@@ -26,7 +26,7 @@ from lakestream.table_names import (
     SILVER_TABLE,
     TABLES,
 )
-from storage.delta_commits import END_OF_INPUT, TableLog, checkpoints_committed, counter_totals
+from storage.delta_log import END_OF_INPUT, TableLog, checkpoints_committed, counter_totals
 
 ProgressMode = Literal["auto", "live", "plain"]
 

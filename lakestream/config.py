@@ -21,32 +21,24 @@ from typing import Any, Literal
 
 import tomllib
 
+from lakestream.errors import LakestreamError
 from lakestream.quality import DEFAULT_RULES
+from lakestream.time import parse_duration, parse_size
 
 ENV_PREFIX = "LAKESTREAM__"
+#: The flag naming the TOML file :func:`load_config` reads: (option strings, ``add_argument`` options),
+#: declared once for the ``lakestream`` command and the demo's job process.
+CONFIG_FLAG: tuple[tuple[str, ...], dict[str, Any]] = (
+    ("--config",),
+    {"type": Path, "help": "TOML config file (see config/)"},
+)
 
 
-class ConfigError(ValueError):
+class ConfigError(LakestreamError, ValueError):
     """A configuration value is missing, unknown or malformed; the message names the key and the fix."""
 
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h|d)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
-
-
-def parse_duration(value: object, *, key: str) -> timedelta:
-    """Parse ``"5m"``, ``"250ms"``, ``"1h"``, ``"30"`` (seconds) or a number of seconds."""
-    if isinstance(value, timedelta):
-        return value
-    if isinstance(value, bool):
-        raise ConfigError(f"{key}: expected a duration such as '5m' or '30s', got {value!r}")
-    if isinstance(value, int | float):
-        return timedelta(seconds=float(value))
-    if isinstance(value, str):
-        m = _DURATION.match(value)
-        if m:
-            return timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])
-    raise ConfigError(f"{key}: expected a duration such as '5m', '30s' or '250ms', got {value!r}")
+    names_command = False
+    preface = "configuration error: "
 
 
 class PortRange(str):
@@ -150,18 +142,11 @@ RESERVED_CONSUMER_PROPERTIES: dict[str, str] = {
 #: A memory size as Flink reads it, in the units the config takes (``flink.managed_memory``).
 _MEMORY_SIZE = re.compile(r"[1-9][0-9]*[kmg]")
 
-_UNIT_BYTES = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-
-
-def size_bytes(size: str) -> int:
-    """Bytes of a ``_MEMORY_SIZE`` such as ``"256k"``."""
-    return int(size[:-1]) * _UNIT_BYTES[size[-1]]
-
 
 def _is_buffer_size(size: str) -> bool:
     """A ``_MEMORY_SIZE`` Flink takes as a memory segment: a power of two, at least 4 KiB (Flink's
     smallest page); at most 16 MiB here."""
-    n = size_bytes(size)
+    n = parse_size(size, key="flink.network_buffer_size", error=ConfigError)
     return 4 << 10 <= n <= 16 << 20 and n & (n - 1) == 0
 
 
@@ -593,7 +578,7 @@ def _coerce(key: str, hint: Any, value: Any) -> Any:
             raise ConfigError(f"environment variable {value.variable}: {exc}") from None
     origin = typing.get_origin(hint)
     if hint is timedelta:
-        return parse_duration(value, key=key)
+        return parse_duration(value, key=key, error=ConfigError)
     if hint is PortRange:
         return parse_port_range(value, key=key)
     if hint is Decimal:

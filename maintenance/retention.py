@@ -20,7 +20,10 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
+
+from lakestream.errors import LakestreamError
+from lakestream.time import format_duration, plain_utc
 
 #: Delta's defaults when the table property is not set.
 DEFAULT_DELETED_FILE_RETENTION = timedelta(days=7)
@@ -41,7 +44,7 @@ _INTERVAL_UNITS = {
 }
 
 
-class IntervalError(ValueError):
+class IntervalError(LakestreamError, ValueError):
     """A Delta interval property is not of the form ``interval <n> <unit>``."""
 
 
@@ -76,25 +79,6 @@ def log_retention(configuration: Mapping[str, str]) -> timedelta:
 def whole_hours(duration: timedelta) -> int:
     """The smallest whole number of hours at least ``duration`` (delta-rs takes retention in hours)."""
     return max(0, math.ceil(duration.total_seconds() / 3600))
-
-
-def format_duration(duration: timedelta) -> str:
-    """``3d 4h``, ``2h 5m``, ``40s``: short and readable."""
-    seconds = int(duration.total_seconds())
-    days, rest = divmod(seconds, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days}d {hours}h" if hours else f"{days}d"
-    if hours:
-        return f"{hours}h {minutes}m" if minutes else f"{hours}h"
-    if minutes:
-        return f"{minutes}m {secs}s" if secs else f"{minutes}m"
-    return f"{secs}s"
-
-
-def _utc(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,14 +153,13 @@ def retention_requirements(facts: RetentionFacts) -> list[Requirement]:
             if need.commit_missing
             else ""
         )
+        committed = "" if need.version_time_ms is None else f", committed {plain_utc(need.version_time_ms)}"
         out.append(
             Requirement(
                 f"reader {need.reader}",
                 minimum,
-                f"Delta-source reader {need.reader!r} (last seen {_utc(need.last_seen_ms)}) may still read "
-                f"from version {need.version}"
-                + (f", committed {_utc(need.version_time_ms)}" if need.version_time_ms is not None else "")
-                + lost,
+                f"Delta-source reader {need.reader!r} (last seen {plain_utc(need.last_seen_ms)}) may still "
+                f"read from version {need.version}{committed}{lost}",
                 f"let it catch up, or if that job is gone for good: `lakestream maintain readers TABLE "
                 f"--forget '{need.reader}'`",
             )

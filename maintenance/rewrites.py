@@ -18,11 +18,10 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-from maintenance.errors import MaintenanceError
 from maintenance.facts import TableRef, now_ms
-from storage.delta_log import DeltaLog
+from maintenance.maintenance_errors import MaintenanceError
+from storage.delta_log import Commit, DeltaLog, commit_file
 
 LOCK_FILE = Path("_lakestream") / "maintenance.lock"
 
@@ -73,40 +72,34 @@ def rewrite_lock(ref: TableRef, operation: str, *, wait_s: float = 60.0) -> Iter
 def duplicated_by(ref: TableRef, version: int) -> list[tuple[int, str]]:
     """(other version, path) for every file that commit ``version`` removed after a commit between its
     read version and itself had removed it already: those rows were rewritten twice."""
-    log = DeltaLog(ref.uri)
-    mine = _commit_json(log, version)
-    read = _commit_info(mine).get("readVersion")
+    log = DeltaLog(ref.uri, details=True)
+    mine = _commit(log, version)
+    read = mine.info.get("readVersion")
     if not isinstance(read, int):
         return []
-    removed = {a["remove"]["path"] for a in mine if "remove" in a}
+    removed = {r.path for r in mine.removes}
     clashes = []
     for other in range(read + 1, version):
-        for action in _commit_json(log, other):
-            path = action.get("remove", {}).get("path")
-            if path in removed:
-                clashes.append((other, str(path)))
+        clashes += [(other, r.path) for r in _commit(log, other).removes if r.path in removed]
     return clashes
 
 
 def find_commit(ref: TableRef, *, after: int, key: str, token: str) -> int | None:
     """The first version after ``after`` whose commit info has ``key = token`` (None: not there)."""
-    log = DeltaLog(ref.uri)
+    log = DeltaLog(ref.uri, details=True)
     latest = log.table().version()
     for version in range(after + 1, latest + 1):
-        if _commit_info(_commit_json(log, version)).get(key) == token:
+        if _commit(log, version).info.get(key) == token:
             return version
     return None
 
 
-def _commit_info(actions: list[dict[str, Any]]) -> dict[str, Any]:
-    info: dict[str, Any] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
-    return info
-
-
-def _commit_json(log: DeltaLog, version: int) -> list[dict[str, Any]]:
-    with log.fs.open_input_stream(f"_delta_log/{version:020d}.json") as fh:
-        text = fh.read().decode("utf-8")
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+def _commit(log: DeltaLog, version: int) -> Commit:
+    """The commit of ``version``, with its ``commitInfo``; these recent commits are never cleaned up."""
+    commit = log.read_commit(version)
+    if commit is None:
+        raise FileNotFoundError(f"{log.table_uri}/{commit_file(version)}")
+    return commit
 
 
 def check_rewrite(ref: TableRef, version: int, operation: str) -> None:

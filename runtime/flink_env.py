@@ -19,15 +19,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lakestream import paths
-from lakestream.config import FlinkConfig, size_bytes
+from lakestream.config import FlinkConfig
+from lakestream.errors import LakestreamError
+from lakestream.time import parse_size
 from runtime import class_archive, jvm_scratch
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyflink.datastream import StreamExecutionEnvironment
 
 
-class FlinkRuntimeError(RuntimeError):
+class FlinkRuntimeError(LakestreamError, RuntimeError):
     """The Flink runtime could not be set up; the message says what to do."""
+
+    names_command = False
 
 
 class JavaNotFoundError(FlinkRuntimeError):
@@ -136,7 +140,8 @@ LOCAL_NETWORK_MEMORY = 64 << 20
 def local_network_memory(cfg: FlinkConfig) -> str:
     """The local MiniCluster's network memory: Flink's 64m, or enough for ``BUFFERS_PER_SUBTASK_PAIR``
     buffers of ``flink.network_buffer_size`` per pair of subtasks at ``flink.parallelism``."""
-    need = BUFFERS_PER_SUBTASK_PAIR * cfg.parallelism**2 * size_bytes(cfg.network_buffer_size)
+    buffer = parse_size(cfg.network_buffer_size, key="flink.network_buffer_size")
+    need = BUFFERS_PER_SUBTASK_PAIR * cfg.parallelism**2 * buffer
     return f"{-(-max(LOCAL_NETWORK_MEMORY, need) // (1 << 20))}m"
 
 

@@ -33,7 +33,7 @@ from serving.metrics_view import (
     running_totals,
     select_windows,
 )
-from serving.table_summary import commit_ms
+from storage.delta_log import commit_ms
 
 UTC = timezone.utc
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -16,15 +16,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable, QueryBuilder
-from deltalake.exceptions import DeltaError, TableNotFoundError
+from deltalake.exceptions import TableNotFoundError
 
-from lakestream.time import ACCEPTED_FORMS, TimeArgError, iso_utc, parse_time
-from maintenance.errors import MaintenanceError
+from lakestream.time import iso_utc
+from maintenance.maintenance_errors import MaintenanceError
 from serving.metrics_view import (
     GoldRow,
     ServedWindow,
 )
-from serving.table_summary import commit_ms
+from storage.time_travel import OutOfReachError, open_table_at
 
 LATE_TABLE = "late/order_events"
 QUARANTINE_TABLE = "quarantine/order_events"
@@ -53,20 +53,6 @@ class GoldMissingError(GoldReadError):
     """There is no gold table at the configured location (yet)."""
 
 
-def parse_as_of(text: str, *, name: str) -> int | datetime:
-    """``--as-of`` / ``as_of``: a version number (``12``) or an ISO 8601 time (read as UTC)."""
-    value = text.strip()
-    if value.isdigit():
-        return int(value)
-    try:
-        return parse_time(value, name=name)
-    except TimeArgError:
-        raise TimeArgError(
-            f"{name} {text!r}: expected a table version (a whole number such as 12) or a time "
-            f"({ACCEPTED_FORMS})"
-        ) from None
-
-
 def open_gold(uri: str, at: int | datetime | None = None, *, name: str = "--as-of") -> DeltaTable:
     """The gold table at its latest version, at version ``at`` (int), or as of time ``at``.
 
@@ -74,36 +60,14 @@ def open_gold(uri: str, at: int | datetime | None = None, *, name: str = "--as-o
     commit, or a version that is not there, raises :class:`GoldReadError` naming ``name``.
     """
     try:
-        dt = DeltaTable(uri)
+        return open_table_at(uri, at, name=name)
     except TableNotFoundError:
         raise GoldMissingError(
             f"no gold table at {uri}: the gold jobs (batch backfill, speed layer) create it; check "
             "lakehouse.root (--lakehouse)"
         ) from None
-    if at is None:
-        return dt
-    latest = dt.version()
-    try:
-        dt.load_as_version(at)
-    except (DeltaError, ValueError, OSError) as exc:
-        hint = (
-            f"versions go from the oldest retained commit to {latest}"
-            if isinstance(at, int)
-            else "give a time after the oldest retained commit"
-        )
-        raise GoldReadError(
-            f"{name} {at if isinstance(at, int) else iso_utc(at)}: cannot load {uri} there "
-            f"({str(exc).splitlines()[0]}); {hint}"
-        ) from None
-    if isinstance(at, datetime):
-        committed = commit_ms(uri, dt.version())
-        if committed is not None and committed > at.timestamp() * 1000:
-            raise GoldReadError(
-                f"{name} {iso_utc(at)}: {uri} has no version committed at or before it (its oldest "
-                f"retained version {dt.version()} was committed at "
-                f"{iso_utc(datetime.fromtimestamp(committed / 1000, tz=timezone.utc))})"
-            )
-    return dt
+    except OutOfReachError as exc:
+        raise GoldReadError(str(exc)) from None
 
 
 def check_columns(schema: pa.Schema, uri: str) -> None:
@@ -186,14 +150,8 @@ def _money(value: Decimal) -> str:
     return f"{value.quantize(Decimal('0.01'))}"
 
 
-def _iso(value: datetime) -> str:
-    """``iso_utc`` for the UTC datetimes :func:`rows_where` makes (C ``isoformat``, no conversion)."""
-    text = value.isoformat()
-    return text[:-6] + "Z" if text.endswith("+00:00") else iso_utc(value)
-
-
 def _time(value: datetime | None) -> str | None:
-    return None if value is None else _iso(value)
+    return None if value is None else iso_utc(value)
 
 
 def row_json(s: ServedWindow) -> dict[str, Any]:
@@ -201,8 +159,8 @@ def row_json(s: ServedWindow) -> dict[str, Any]:
     then the day's running totals (``day_*``; ``active_users`` has none, it is per window)."""
     r = s.row
     return {
-        "window_start": _iso(r.window_start),
-        "window_end": _iso(r.window_end),
+        "window_start": iso_utc(r.window_start),
+        "window_end": iso_utc(r.window_end),
         "events": r.events,
         "orders_created": r.orders_created,
         "payments": r.payments,
@@ -229,7 +187,7 @@ def row_json_bytes(s: ServedWindow) -> bytes:
     r, d = s.row, s.day
     sv = "null" if r.source_version is None else str(int(r.source_version))
     return (
-        f'{{"window_start":"{_iso(r.window_start)}","window_end":"{_iso(r.window_end)}",'
+        f'{{"window_start":"{iso_utc(r.window_start)}","window_end":"{iso_utc(r.window_end)}",'
         f'"events":{int(r.events)},"orders_created":{int(r.orders_created)},"payments":{int(r.payments)},'
         f'"gmv":"{_money(r.gmv)}","active_users":{int(r.active_users)},"layer":{json.dumps(r.layer)},'
         f'"data_time":{_opt(_time(r.data_time))},"source_version":{sv},'

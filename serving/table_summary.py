@@ -1,12 +1,13 @@
 """Find and summarise the Delta tables under a lakehouse root (for the CLI, the demo and tests).
 
-Also reads old versions (time travel): one table at a version or at a time, or every table as it was
-at a time; how far back that reaches is bounded by log cleanup (commit files) and VACUUM (data files).
+Also reads old versions (time travel, ``storage.time_travel``): one table at a version or at a time,
+or every table as it was at a time; how far back that reaches is bounded by log cleanup (commit files)
+and VACUUM (data files).
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -14,12 +15,14 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
-from maintenance.errors import MaintenanceError
+from lakestream.time import iso_utc, plain_utc
 from maintenance.facts import table_folders
-from storage.delta_log import DeltaLog
+from maintenance.maintenance_errors import MaintenanceError
+from storage.delta_log import commit_ms
+from storage.time_travel import OutOfReachError, open_table_at
 
-#: A version number or an RFC 3339 time.
-At = int | str
+#: A version number or a time (UTC).
+At = int | datetime
 
 
 class TimeTravelError(MaintenanceError):
@@ -34,57 +37,13 @@ def find_tables(root: str | Path) -> list[Path]:
     return table_folders(base)
 
 
-def _parse_time(text: str) -> datetime:
-    try:
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        raise TimeTravelError(
-            f"--as-of {text!r}: expected an RFC 3339 time such as 2026-12-01T08:00:00Z"
-        ) from None
-    return when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
-
-
-def commit_ms(path: str | Path, version: int) -> int | None:
-    """When ``version`` was committed (epoch ms, from its commit file); None when the file is gone."""
-    commit = DeltaLog(str(path)).read_commit(version)
-    return commit.timestamp_ms if commit is not None else None
-
-
 def open_at(path: str | Path, at: At | None) -> DeltaTable:
-    """The table at version ``at`` (int), at the newest version committed at or before time ``at``
-    (str, RFC 3339), or at its latest version (None)."""
-    dt = DeltaTable(str(path))
-    if at is None:
-        return dt
-    latest = dt.version()
-    flag = "--version" if isinstance(at, int) else "--as-of"
-    when = None if isinstance(at, int) else _parse_time(at)
+    """The table at version ``at`` (``--version``), as of time ``at`` (``--as-of``), or at its latest
+    version (None)."""
     try:
-        dt.load_as_version(at if when is None else when)
-    except (DeltaError, ValueError) as exc:
-        hint = (
-            f"versions go from the oldest retained commit to {latest}"
-            if isinstance(at, int)
-            else "give a time after the oldest retained commit"
-        )
-        raise TimeTravelError(
-            f"{flag} {at}: cannot load {path} there ({str(exc).splitlines()[0]}); {hint}. Commits older than "
-            "delta.logRetentionDuration are removed by log cleanup."
-        ) from None
-    committed = commit_ms(path, dt.version())
-    if when is not None and committed is not None and committed > when.timestamp() * 1000:
-        # delta-rs loads the oldest version for a time before it; that version did not exist yet then.
-        raise TimeTravelError(
-            f"--as-of {at}: {path} has no version committed at or before it (its oldest retained version "
-            f"{dt.version()} was committed {_utc(committed)})"
-        )
-    return dt
-
-
-def _utc(ms: int | None) -> str:
-    if ms is None:
-        return "?"
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        return open_table_at(str(path), at, name="--version" if isinstance(at, int) else "--as-of")
+    except OutOfReachError as exc:
+        raise TimeTravelError(str(exc)) from None
 
 
 def table_summary(path: str | Path, at: At | None = None) -> tuple[int, int]:
@@ -112,14 +71,15 @@ def _scan(dt: DeltaTable, path: str | Path, limit: int | None = None) -> pa.Tabl
         ) from None
 
 
-def print_tables(root: str | Path, *, as_of: str | None = None) -> None:
+def print_tables(root: str | Path, *, as_of: datetime | None = None) -> None:
     """Print ``name  rows  version`` for each table, names relative to the root (as of ``as_of``)."""
     base = Path(root).resolve()
     tables = find_tables(base)
     if not tables:
         print(f"no Delta tables under {base}")
         return
-    print(f"Delta tables under {base}" + (f" as of {as_of}:" if as_of else ":"))
+    when = "" if as_of is None else iso_utc(as_of)
+    print(f"Delta tables under {base}" + (f" as of {when}:" if when else ":"))
     for path in tables:
         name = str(path.relative_to(base))
         try:
@@ -127,7 +87,7 @@ def print_tables(root: str | Path, *, as_of: str | None = None) -> None:
         except TimeTravelError:
             if as_of is None:
                 raise
-            print(f"  {name:<32} {'-':>10}        no version at or before {as_of}")
+            print(f"  {name:<32} {'-':>10}        no version at or before {when}")
             continue
         line = f"  {name:<32} {rows:>10} rows   version {version}"
         print(line + ("" if as_of else freshness_note(base, path)))
@@ -160,7 +120,7 @@ def print_table_at(path: str | Path, name: str, at: At | None, *, rows: int = 0)
     """One table (at ``at``): its version, commit time and row count, then up to ``rows`` rows."""
     count, version = table_summary(path, at)
     dt = open_at(path, at)
-    print(f"{name} at version {version} (committed {_utc(commit_ms(path, version))}): {count} rows")
+    print(f"{name} at version {version} (committed {plain_utc(commit_ms(str(path), version))}): {count} rows")
     if rows > 0:
         for row in _scan(dt, path, limit=rows).to_pylist():
             print("  " + ", ".join(f"{k}={v!r}" for k, v in row.items()))

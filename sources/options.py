@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Literal
 
-from sources.errors import SourceOptionsError
+from lakestream.time import parse_size, parse_time
+from sources.source_errors import SourceOptionsError
 
 SourceMode = Literal["table_changes", "cdf"]
 SchemaChanges = Literal["fail", "additive"]
@@ -74,7 +75,7 @@ class DeltaSourceOptions:
         if self.starting_timestamp is not None and not isinstance(self.starting_timestamp, datetime):
             raise SourceOptionsError(
                 f"starting_timestamp: expected a datetime, got {self.starting_timestamp!r} "
-                "(use DeltaSourceOptions.from_spark_options or parse_timestamp for strings)"
+                "(use DeltaSourceOptions.from_spark_options or lakestream.time.parse_time for strings)"
             )
         for name in ("max_files_per_trigger", "max_bytes_per_trigger"):
             value = getattr(self, name)
@@ -165,31 +166,6 @@ _SPARK_NAMES = {
 }
 
 
-def parse_timestamp(text: str, *, key: str = "starting_timestamp") -> datetime:
-    """``2024-05-01``, ``2024-05-01 12:00:00`` or ISO 8601; without a zone it is UTC (like Delta)."""
-    try:
-        ts = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise SourceOptionsError(
-            f"{key}: expected a date or timestamp such as '2024-05-01' or '2024-05-01T12:00:00Z', "
-            f"got {text!r}"
-        ) from None
-    return ts if ts.tzinfo is not None else ts.replace(tzinfo=timezone.utc)
-
-
-_SIZE_UNITS = {"b": 1, "k": 1024, "kb": 1024, "m": 1024**2, "mb": 1024**2, "g": 1024**3, "gb": 1024**3}
-
-
-def parse_size(text: str, *, key: str) -> int:
-    """``1048576``, ``512k``, ``10mb``, ``1g`` -> bytes."""
-    s = text.strip().lower()
-    digits = s.rstrip("abgkm")
-    unit = s[len(digits) :] or "b"
-    if not digits.isdigit() or unit not in _SIZE_UNITS:
-        raise SourceOptionsError(f"{key}: expected a size such as '10mb' or '1048576', got {text!r}")
-    return int(digits) * _SIZE_UNITS[unit]
-
-
 def _parse_bool(key: str, raw: str) -> bool:
     lowered = str(raw).strip().lower()
     if lowered in ("true", "1", "yes"):
@@ -216,13 +192,14 @@ def _parse_spark_value(name: str, key: str, raw: str) -> object:
             raise SourceOptionsError(f"{key}: expected a version number or 'latest', got {raw!r}")
         return int(text)
     if name == "starting_timestamp":
-        return parse_timestamp(str(raw), key=key)
+        # A date, or a time without offset, is UTC (like Delta).
+        return parse_time(str(raw), name=key, error=SourceOptionsError)
     if name == "max_files_per_trigger":
         if not str(raw).strip().isdigit():
             raise SourceOptionsError(f"{key}: expected a positive whole number, got {raw!r}")
         return int(str(raw).strip())
     if name == "max_bytes_per_trigger":
-        return parse_size(str(raw), key=key)
+        return parse_size(str(raw), key=key, error=SourceOptionsError)
     if name == "event_time_order":
         return str(raw)
     raise AssertionError(name)  # pragma: no cover - the table above is exhaustive

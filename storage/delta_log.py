@@ -3,14 +3,16 @@
 The commit JSON files are read directly because deltalake (1.6) exposes snapshots (``get_add_actions``)
 and commit infos (``history``) but not one commit's ``add``/``remove``/``cdc`` actions with their
 ``dataChange`` flags, on which table-changes semantics rest; snapshots and metadata come from deltalake,
-which handles checkpoints (DESIGN.md section 6).
+which handles checkpoints (DESIGN.md section 6). This is the one reader of commit files: the Delta
+source, maintenance, and the demo's per-commit summary (:class:`TableLog`: rows added, the sinks'
+``txn`` actions and counters, the ``ingest_time`` range) all read them here.
 """
 
 from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -19,10 +21,19 @@ from urllib.parse import unquote, urlparse
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from sources.errors import UnsupportedTableError
+from lakestream.time import parse_iso
+from storage.read_errors import DeltaReadError, UnsupportedTableError
 
 LOG_DIR = "_delta_log"
 FileKind = Literal["add", "remove", "cdc"]
+#: The txn version the sinks record for their end-of-input commit (Flink's end-of-input checkpoint id).
+END_OF_INPUT = 2**63 - 1
+#: Commit metadata key of the sinks' per-commit counters (``sinks.committer.COUNTERS_KEY``).
+COUNTERS_KEY = "lakestream.counters"
+
+
+class DeltaLogError(DeltaReadError):
+    """A commit file could not be understood; the message names the file."""
 
 
 def commit_file(version: int) -> str:
@@ -69,6 +80,8 @@ class FileAction:
     partition_values: Mapping[str, Any] = field(default_factory=dict)
     modification_time: int = 0
     has_deletion_vector: bool = False
+    #: An ``add``'s statistics (JSON text) as written; only when the log is read with ``details``.
+    stats: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +146,10 @@ class Commit:
     removes: tuple[FileAction, ...] = ()
     cdcs: tuple[FileAction, ...] = ()
     metadata: TableMetadata | None = None
+    #: ``txn`` actions: app id -> version (a sink's Flink checkpoint id).
+    txn: Mapping[str, int] = field(default_factory=dict)
+    #: The ``commitInfo`` action as written; only when the log is read with ``details``.
+    info: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def data_adds(self) -> tuple[FileAction, ...]:
@@ -154,7 +171,7 @@ def _metadata_from_action(meta: Mapping[str, Any]) -> TableMetadata:
     )
 
 
-def _file_action(kind: FileKind, body: Mapping[str, Any]) -> FileAction:
+def _file_action(kind: FileKind, body: Mapping[str, Any], *, details: bool = False) -> FileAction:
     return FileAction(
         kind=kind,
         path=str(body["path"]),
@@ -164,15 +181,24 @@ def _file_action(kind: FileKind, body: Mapping[str, Any]) -> FileAction:
         partition_values=dict(body.get("partitionValues") or {}),
         modification_time=int(body.get("modificationTime") or body.get("deletionTimestamp") or 0),
         has_deletion_vector=body.get("deletionVector") is not None,
+        stats=body.get("stats") if details else None,
     )
 
 
-def parse_commit(version: int, text: str | bytes, *, fallback_timestamp_ms: int = 0) -> Commit:
-    """Parse one commit file (newline-delimited JSON actions)."""
+def parse_commit(
+    version: int, text: str | bytes, *, fallback_timestamp_ms: int = 0, details: bool = False
+) -> Commit:
+    """Parse one commit file (newline-delimited JSON actions).
+
+    ``details`` keeps each ``add``'s statistics and the ``commitInfo``: the per-commit summary reads
+    them; a streaming reader, which caches thousands of commits, does not need them.
+    """
     adds: list[FileAction] = []
     removes: list[FileAction] = []
     cdcs: list[FileAction] = []
     metadata: TableMetadata | None = None
+    txn: dict[str, int] = {}
+    info: dict[str, Any] = {}
     timestamp: int | None = None
     operation: str | None = None
     raw = text.decode("utf-8") if isinstance(text, bytes) else text
@@ -181,18 +207,22 @@ def parse_commit(version: int, text: str | bytes, *, fallback_timestamp_ms: int 
             continue
         action = json.loads(line)
         if "add" in action:
-            adds.append(_file_action("add", action["add"]))
+            adds.append(_file_action("add", action["add"], details=details))
         elif "remove" in action:
             removes.append(_file_action("remove", action["remove"]))
         elif "cdc" in action:
             cdcs.append(_file_action("cdc", action["cdc"]))
         elif "metaData" in action:
             metadata = _metadata_from_action(action["metaData"])
+        elif "txn" in action:
+            txn[str(action["txn"]["appId"])] = int(action["txn"]["version"])
         elif "commitInfo" in action:
-            info = action["commitInfo"]
-            ts = info.get("inCommitTimestamp", info.get("timestamp"))
+            commit_info = action["commitInfo"]
+            ts = commit_info.get("inCommitTimestamp", commit_info.get("timestamp"))
             timestamp = int(ts) if ts is not None else None
-            operation = info.get("operation")
+            operation = commit_info.get("operation")
+            if details:
+                info = dict(commit_info)
     return Commit(
         version=version,
         timestamp_ms=timestamp if timestamp is not None else fallback_timestamp_ms,
@@ -201,6 +231,8 @@ def parse_commit(version: int, text: str | bytes, *, fallback_timestamp_ms: int 
         removes=tuple(removes),
         cdcs=tuple(cdcs),
         metadata=metadata,
+        txn=txn,
+        info=info,
     )
 
 
@@ -214,16 +246,25 @@ class SnapshotFile:
 
 
 class DeltaLog:
-    """Version-by-version access to one table's log, with a small cache of parsed commits."""
+    """Version-by-version access to one table's log, with a small cache of parsed commits.
+
+    ``details``: commits keep their statistics and ``commitInfo`` (:func:`parse_commit`).
+    """
 
     def __init__(
-        self, table_uri: str, *, storage_options: Mapping[str, str] | None = None, cache_size: int = 4096
+        self,
+        table_uri: str,
+        *,
+        storage_options: Mapping[str, str] | None = None,
+        cache_size: int = 4096,
+        details: bool = False,
     ) -> None:
         self.table_uri = local_path(table_uri) if is_local_uri(table_uri) else table_uri
         self.storage_options = dict(storage_options or {})
         self.fs = open_filesystem(self.table_uri, self.storage_options)
         self._cache: OrderedDict[int, Commit] = OrderedDict()
         self._cache_size = cache_size
+        self._details = details
 
     # -- listing and commits -------------------------------------------------------------------------
     def commit_versions(self) -> list[int]:
@@ -240,8 +281,15 @@ class DeltaLog:
                 versions.append(int(stem))
         return sorted(versions)
 
+    def has_commit(self, version: int) -> bool:
+        """True when the commit file of ``version`` is in ``_delta_log``."""
+        return bool(self.fs.get_file_info(commit_file(version)).type != pafs.FileType.NotFound)
+
     def read_commit(self, version: int) -> Commit | None:
-        """The parsed commit, or None when its file does not exist (never written, or cleaned up)."""
+        """The parsed commit, or None when its file does not exist (never written, or cleaned up).
+
+        A file that is not a commit raises :class:`DeltaLogError` naming it.
+        """
         cached = self._cache.get(version)
         if cached is not None:
             self._cache.move_to_end(version)
@@ -253,7 +301,11 @@ class DeltaLog:
         with self.fs.open_input_stream(path) as fh:
             text = fh.read()
         mtime = int(info.mtime.timestamp() * 1000) if info.mtime is not None else 0
-        commit = parse_commit(version, text, fallback_timestamp_ms=mtime)
+        try:
+            commit = parse_commit(version, text, fallback_timestamp_ms=mtime, details=self._details)
+        except (ValueError, KeyError, TypeError) as exc:
+            where = f"{self.table_uri.rstrip('/')}/{path}"
+            raise DeltaLogError(f"{where}: not a Delta commit file ({exc})") from exc
         self._cache[version] = commit
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
@@ -337,3 +389,159 @@ class DeltaLog:
             return []
         infos = self.fs.get_file_info([self.data_file(a.path) for a in actions])
         return [a.path for a, info in zip(actions, infos, strict=True) if info.type == pafs.FileType.NotFound]
+
+
+def commit_ms(
+    table_uri: str, version: int, *, storage_options: Mapping[str, str] | None = None
+) -> int | None:
+    """When ``version`` was committed (epoch ms, from its commit file); None when the file is gone."""
+    commit = DeltaLog(table_uri, storage_options=storage_options, cache_size=0).read_commit(version)
+    return commit.timestamp_ms if commit is not None else None
+
+
+# -- the per-commit summary (the demo's live view and report) ------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CommitSummary:
+    """One Delta version as the demo shows it: what it added and removed, when, and which checkpoint
+    it belongs to."""
+
+    version: int
+    timestamp_ms: int
+    operation: str
+    rows_added: int
+    files_added: int
+    files_removed: int
+    #: Paths of the added files and their ``numRecords`` (None where a file has no statistics).
+    added: dict[str, int | None] = field(default_factory=dict)
+    removed: tuple[str, ...] = ()
+    #: ``txn`` actions: app id -> version (the checkpoint id, ``END_OF_INPUT`` at the end).
+    txn: dict[str, int] = field(default_factory=dict)
+    counters: dict[str, int] = field(default_factory=dict)
+    #: ``operationMetrics`` of the commit (MERGE: rows inserted/updated, execution time).
+    metrics: dict[str, Any] = field(default_factory=dict)
+    #: Earliest and latest ``ingest_time`` of the added rows (epoch ms), from the files' min/max stats.
+    ingest_min_ms: int | None = None
+    ingest_max_ms: int | None = None
+
+    @property
+    def checkpoint(self) -> int | None:
+        """The highest checkpoint id among the txn actions, None for a commit without one."""
+        return max(self.txn.values()) if self.txn else None
+
+    @property
+    def is_checkpoint(self) -> bool:
+        """True for a commit made by a sink at a Flink checkpoint or at end of input (has txn)."""
+        return bool(self.txn)
+
+
+def _epoch_ms(value: Any) -> int | None:
+    """A statistic's timestamp (``2026-12-01T13:25:40.921Z``) as epoch milliseconds."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return int(parse_iso(value).timestamp() * 1000)
+    except ValueError:
+        return None
+
+
+def summarize(commit: Commit) -> CommitSummary:
+    """The summary of a commit read with ``details`` (its statistics and ``commitInfo``)."""
+    added: dict[str, int | None] = {}
+    lows: list[int] = []
+    highs: list[int] = []
+    for add in commit.adds:
+        stats = json.loads(add.stats) if add.stats else {}
+        records = stats.get("numRecords")
+        added[add.path] = int(records) if records is not None else None
+        low = _epoch_ms((stats.get("minValues") or {}).get("ingest_time"))
+        high = _epoch_ms((stats.get("maxValues") or {}).get("ingest_time"))
+        if low is not None:
+            lows.append(low)
+        if high is not None:
+            highs.append(high)
+    removed = tuple(r.path for r in commit.removes)
+    return CommitSummary(
+        version=commit.version,
+        timestamp_ms=commit.timestamp_ms,
+        operation=commit.operation or "",
+        rows_added=sum(n for n in added.values() if n is not None),
+        files_added=len(added),
+        files_removed=len(removed),
+        added=added,
+        removed=removed,
+        txn=dict(commit.txn),
+        counters={str(k): int(v) for k, v in (commit.info.get(COUNTERS_KEY) or {}).items()},
+        metrics=dict(commit.info.get("operationMetrics") or {}),
+        ingest_min_ms=min(lows) if lows else None,
+        ingest_max_ms=max(highs) if highs else None,
+    )
+
+
+@dataclass
+class TableLog:
+    """A table's commits so far, read incrementally; its live files give the current row count.
+
+    Reads from version 0, so it needs the table's JSON commits since its creation (Delta keeps them for
+    ``delta.logRetentionDuration``, 30 days by default: always true for the demo's fresh tables).
+    Commit files are immutable, so reading only the versions new since the last poll is cheap and
+    never sees a half-applied commit.
+    """
+
+    path: Path
+    commits: list[CommitSummary] = field(default_factory=list)
+    _live: dict[str, int | None] = field(default_factory=dict)
+    _log: DeltaLog = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._log = DeltaLog(str(self.path), cache_size=0, details=True)
+
+    @property
+    def exists(self) -> bool:
+        """True once the table's first commit is there."""
+        return self._log.has_commit(0)
+
+    @property
+    def version(self) -> int | None:
+        """The newest version read, None before the table exists."""
+        return self.commits[-1].version if self.commits else None
+
+    @property
+    def rows(self) -> int | None:
+        """Rows in the table's current files; None when a live file has no ``numRecords``."""
+        counts = self._live.values()
+        return None if any(n is None for n in counts) else sum(n for n in counts if n is not None)
+
+    @property
+    def live_files(self) -> int:
+        """Data files in the table at its newest version read."""
+        return len(self._live)
+
+    def poll(self) -> list[CommitSummary]:
+        """Read every commit that appeared since the last poll and return them (oldest first)."""
+        new: list[CommitSummary] = []
+        version = 0 if self.version is None else self.version + 1
+        while (commit := self._log.read_commit(version)) is not None:
+            summary = summarize(commit)
+            for removed in summary.removed:
+                self._live.pop(removed, None)
+            self._live.update(summary.added)
+            self.commits.append(summary)
+            new.append(summary)
+            version += 1
+        return new
+
+
+def counter_totals(commits: Iterable[CommitSummary]) -> dict[str, int]:
+    """The ``lakestream.counters`` of ``commits`` added up per name (each is recorded exactly once)."""
+    total: dict[str, int] = {}
+    for c in commits:
+        for name, value in c.counters.items():
+            total[name] = total.get(name, 0) + value
+    return dict(sorted(total.items()))
+
+
+def checkpoints_committed(commits: Iterable[CommitSummary]) -> set[int]:
+    """The Flink checkpoint ids (``END_OF_INPUT`` included) that ``commits`` carry txn actions for."""
+    return {v for c in commits for v in c.txn.values()}

@@ -10,7 +10,7 @@ from deltalake import CommitProperties, Transaction, write_deltalake
 from rich.console import Console
 
 from demo.live_view import LiveView, Snapshot, TableState, Watcher, choose_mode, plain_line, render
-from storage.delta_commits import END_OF_INPUT
+from storage.delta_log import END_OF_INPUT
 
 TABLES = ("bronze/order_events", "late/order_events", "quarantine/order_events", "silver/orders")
 

@@ -26,7 +26,7 @@ from demo.html_report import (
     write_report,
 )
 from lakestream.standard import BRONZE_SCHEMA, LATE_SCHEMA
-from storage.delta_commits import END_OF_INPUT, Commit
+from storage.delta_log import END_OF_INPUT, CommitSummary
 
 T0 = datetime(2024, 6, 1, 4, 0, tzinfo=timezone.utc)
 MS = 1000
@@ -59,9 +59,9 @@ def test_quantiles() -> None:
     assert quantiles([3.0, 1.0, 2.0]) == [1.0, 2.0, 3.0, 3.0]
 
 
-def _commit(version: int, ts: int, checkpoint: int | None, rows: int, **kw: Any) -> Commit:
+def _commit(version: int, ts: int, checkpoint: int | None, rows: int, **kw: Any) -> CommitSummary:
     txn = {f"app:{version}": checkpoint} if checkpoint is not None else {}
-    return Commit(version, ts, kw.pop("operation", "WRITE"), rows, 1, 0, txn=txn, **kw)
+    return CommitSummary(version, ts, kw.pop("operation", "WRITE"), rows, 1, 0, txn=txn, **kw)
 
 
 def test_commit_points_one_per_checkpoint() -> None:

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from lakestream.config import Config, ConfigError, load_config, parse_duration
+from lakestream.config import Config, ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -73,19 +73,6 @@ def test_bad_env_name_is_explained():
 def test_missing_file_is_explained(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "nope.toml", environ={})
-
-
-@pytest.mark.parametrize(
-    ("value", "expected"),
-    [
-        ("5m", timedelta(minutes=5)),
-        ("250ms", timedelta(milliseconds=250)),
-        ("2h", timedelta(hours=2)),
-        (30, timedelta(seconds=30)),
-    ],
-)
-def test_durations(value, expected):
-    assert parse_duration(value, key="k") == expected
 
 
 def test_table_uri_resolves_under_root(tmp_path):

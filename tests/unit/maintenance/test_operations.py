@@ -17,8 +17,8 @@ from deltalake import DeltaTable
 from lakestream.config import Config
 from lakestream.merge_spec import MergeSpec
 from maintenance import operations
-from maintenance.errors import ConflictError, RefusedError, TableMissingError
 from maintenance.facts import TableRef, resolve_table, staged_files
+from maintenance.maintenance_errors import ConflictError, RefusedError, TableMissingError
 from sinks.writer import TwoPhaseDeltaWriter
 from storage.reader_positions import PositionRecorder
 from storage.retry_policy import RetryPolicy

@@ -10,12 +10,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sources.errors import OffsetMismatchError, SchemaChangeError, SourceOptionsError, UnsupportedTableError
+from lakestream.time import parse_size
 from sources.offsets import SourceOffset
-from sources.options import DeltaSourceOptions, parse_size
+from sources.options import DeltaSourceOptions
 from sources.reader import output_schema, parse_partition_value
 from sources.schema_compat import check_version_schema, diff_schemas
+from sources.source_errors import OffsetMismatchError, SchemaChangeError, SourceOptionsError
 from storage.delta_log import parse_commit
+from storage.read_errors import UnsupportedTableError
 
 
 @pytest.mark.parametrize(
@@ -66,8 +68,8 @@ def test_spark_option_names():
     with pytest.raises(SourceOptionsError, match="ignoreDeletes: expected true or false"):
         DeltaSourceOptions.from_spark_options({"ignoreDeletes": "maybe"})
     assert parse_size("10mb", key="k") == 10 * 1024 * 1024
-    with pytest.raises(SourceOptionsError, match="k: expected a size"):
-        parse_size("ten", key="k")
+    with pytest.raises(SourceOptionsError, match="maxBytesPerTrigger: expected a size"):
+        DeltaSourceOptions.from_spark_options({"maxBytesPerTrigger": "ten"})
 
 
 @given(

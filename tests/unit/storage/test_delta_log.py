@@ -1,4 +1,4 @@
-"""Reading commits from ``_delta_log``: parsing one commit, and following a real table version by version."""
+"""Reading commits from ``_delta_log``: a commit's summary, and following a real table version by version."""
 
 from __future__ import annotations
 
@@ -9,18 +9,26 @@ import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
-from storage.delta_commits import (
+from storage.delta_log import (
     END_OF_INPUT,
+    CommitSummary,
+    DeltaLog,
     DeltaLogError,
     TableLog,
     checkpoints_committed,
+    commit_ms,
     counter_totals,
     parse_commit,
+    summarize,
 )
 
 
 def _lines(*actions: dict[str, object]) -> list[str]:
     return [json.dumps(a) for a in actions]
+
+
+def _summary(version: int, lines: list[str]) -> CommitSummary:
+    return summarize(parse_commit(version, "\n".join(lines), details=True))
 
 
 def test_parse_commit_reads_rows_files_txn_counters_and_ingest_range() -> None:
@@ -29,7 +37,7 @@ def test_parse_commit_reads_rows_files_txn_counters_and_ingest_range() -> None:
         "minValues": {"ingest_time": "2026-12-01T13:25:40.921Z"},
         "maxValues": {"ingest_time": "2026-12-01T13:25:41.000Z"},
     }
-    commit = parse_commit(
+    commit = _summary(
         4,
         _lines(
             {
@@ -62,7 +70,7 @@ def test_parse_commit_reads_rows_files_txn_counters_and_ingest_range() -> None:
 
 
 def test_an_add_without_stats_has_unknown_rows() -> None:
-    commit = parse_commit(0, _lines({"add": {"path": "x.parquet", "size": 1}}))
+    commit = _summary(0, _lines({"add": {"path": "x.parquet", "size": 1}}))
     assert commit.added == {"x.parquet": None}
     assert commit.rows_added == 0
     assert not commit.is_checkpoint and commit.checkpoint is None
@@ -71,8 +79,8 @@ def test_an_add_without_stats_has_unknown_rows() -> None:
 def test_totals_over_commits() -> None:
     late_1 = {"lakestream.counters": {"events_late": 1}}
     late_2 = {"lakestream.counters": {"events_late": 2, "silver_changes": 4}}
-    a = parse_commit(1, _lines({"commitInfo": late_1}, {"txn": {"appId": "x", "version": 3}}))
-    b = parse_commit(2, _lines({"commitInfo": late_2}, {"txn": {"appId": "x", "version": END_OF_INPUT}}))
+    a = _summary(1, _lines({"commitInfo": late_1}, {"txn": {"appId": "x", "version": 3}}))
+    b = _summary(2, _lines({"commitInfo": late_2}, {"txn": {"appId": "x", "version": END_OF_INPUT}}))
     assert counter_totals([a, b]) == {"events_late": 3, "silver_changes": 4}
     assert checkpoints_committed([a, b]) == {3, END_OF_INPUT}
 
@@ -115,3 +123,30 @@ def test_a_broken_commit_file_names_itself(tmp_path: Path) -> None:
     bad.write_text("{not json\n")
     with pytest.raises(DeltaLogError, match="00000000000000000000.json"):
         TableLog(tmp_path / "t").poll()
+
+
+def test_details_are_kept_only_when_asked_for(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    write_deltalake(
+        uri,
+        _ints(2),
+        commit_properties=CommitProperties(
+            app_transactions=[Transaction("app:run:0", 3)], custom_metadata={"lakestream.counters": {"x": 1}}
+        ),
+    )
+    plain = DeltaLog(uri).read_commit(0)
+    detailed = DeltaLog(uri, details=True).read_commit(0)
+    assert plain is not None and detailed is not None
+    assert plain.txn == detailed.txn == {"app:run:0": 3}
+    assert plain.info == {} and all(a.stats is None for a in plain.adds)
+    assert detailed.info["lakestream.counters"] == {"x": 1}
+    assert [json.loads(a.stats or "{}")["numRecords"] for a in detailed.adds] == [2]
+    assert plain.timestamp_ms == detailed.timestamp_ms == commit_ms(uri, 0)
+    assert commit_ms(uri, 1) is None and DeltaLog(uri).has_commit(0) and not DeltaLog(uri).has_commit(1)
+
+
+def test_every_reader_of_a_broken_commit_file_is_told_which(tmp_path: Path) -> None:
+    write_deltalake(str(tmp_path / "t"), _ints(1))
+    (tmp_path / "t" / "_delta_log" / f"{1:020d}.json").write_text('{"add": {}}\n')
+    with pytest.raises(DeltaLogError, match="00000000000000000001.json: not a Delta commit file"):
+        DeltaLog(str(tmp_path / "t")).read_commit(1)
