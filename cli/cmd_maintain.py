@@ -27,10 +27,10 @@ from types import FrameType
 
 from cli.common import SubParsers, add_command, load
 from lakestream.config import Config
+from lakestream.time import format_duration, plain_utc
 from maintenance import operations
-from maintenance.errors import MaintenanceError
 from maintenance.facts import TableRef, resolve_table
-from maintenance.retention import format_duration
+from maintenance.maintenance_errors import MaintenanceError
 from storage.retry_policy import RetryPolicy
 
 
@@ -160,7 +160,7 @@ def cmd_readers(args: argparse.Namespace) -> int:
         print(
             f"  {s.record.reader}: may still read from version {s.needed_version}; newest position "
             f"{s.record.positions[-1][1] if s.record.positions else '?'}, last seen "
-            f"{operations.format_time(s.record.updated_ms)}"
+            f"{plain_utc(s.record.updated_ms, suffix=False)}"
         )
     return 0
 

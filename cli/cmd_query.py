@@ -16,9 +16,9 @@ import sys
 from cli.common import SubParsers, add_command, load
 from lakestream.merge_on_read_rule import DIALECTS
 from lakestream.table_names import SILVER_TABLE
-from lakestream.time import ACCEPTED_FORMS, iso_utc, parse_range, utc_day
+from lakestream.time import ACCEPTED_FORMS, iso_utc, parse_as_of, parse_range, utc_day
 from merge_on_read.table import silver_mor_table
-from serving.gold_read import open_gold, parse_as_of, read_rows
+from serving.gold_read import open_gold, read_rows
 from serving.metrics_format import FORMATS, csv_text, json_text, table_text
 from serving.metrics_view import batch_through, check_window, in_range, running_totals, select_windows
 from serving.silver_query import current_silver, render

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lakestream.config import Config, load_config
+from lakestream.config import CONFIG_FLAG, Config, load_config
 
 if TYPE_CHECKING:  # pragma: no cover
     SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -21,7 +20,7 @@ else:
 
 #: The flags several sub-commands take, each declared once: name -> (option strings, add_argument options).
 SHARED_FLAGS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
-    "config": (("--config",), {"type": Path, "help": "TOML config file (see config/)"}),
+    "config": CONFIG_FLAG,
     "lakehouse": (("--lakehouse",), {"help": "override lakehouse.root (where Delta tables live)"}),
     "bootstrap_servers": (("--bootstrap-servers",), {"help": "override kafka.bootstrap_servers"}),
     "bounded": (

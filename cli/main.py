@@ -10,7 +10,6 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from batch.backfill import StagingCheckError
 from cli import (
     cmd_batch,
     cmd_changefeed,
@@ -24,17 +23,7 @@ from cli import (
     cmd_tables,
 )
 from cli.common import add_flags
-from devtools import kafka_broker
-from flink_jobs.lifecycle import JobFailedError
-from flink_jobs.resume import ResumeError
-from lakestream.config import ConfigError
-from lakestream.gold import GmvOverflowError, GoldTableError
-from lakestream.paths import MissingBuildError
-from lakestream.time import TimeArgError
-from maintenance.errors import ConflictError, MaintenanceError
-from runtime.flink_env import FlinkRuntimeError
-from serving.metrics_view import GoldDataError
-from sources.errors import DeltaSourceError
+from lakestream.errors import exit_status
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,34 +44,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def failure(exc: Exception, command: str) -> tuple[int, str] | None:
-    """The exit code and message of an error that ends sub-command ``command``; None: not one of ours."""
-    if isinstance(exc, ConfigError):
-        return 2, f"lakestream: configuration error: {exc}"
-    if isinstance(exc, FlinkRuntimeError | MissingBuildError | kafka_broker.KafkaBrokerError):
-        return 2, f"lakestream: {exc}"
-    if isinstance(exc, DeltaSourceError | ResumeError | TimeArgError):
-        return 2, f"lakestream {command}: {exc}"
-    if isinstance(exc, ConflictError | StagingCheckError | GmvOverflowError):
-        return 1, f"lakestream {command}: {exc}"
-    if isinstance(exc, GoldTableError):
-        return 2, f"lakestream {command}: {exc}"
-    if isinstance(exc, MaintenanceError):
-        return 2, f"lakestream {command}: {exc}"
-    if isinstance(exc, GoldDataError):
-        return 1, f"lakestream {command}: the gold table breaks its contract: {exc}"
-    if isinstance(exc, JobFailedError):
-        return 1, f"lakestream {command}: job failed: {exc}"
-    return None
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``lakestream`` console script and of ``flink run -py cli/__main__.py``."""
+    """Entry point of the ``lakestream`` console script and of ``flink run -py cli/__main__.py``.
+
+    An error of ours ends the sub-command with its exit code and message (``lakestream.errors``); any
+    other exception is a bug and keeps its traceback.
+    """
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
     except Exception as exc:
-        ended = failure(exc, args.command)
+        ended = exit_status(exc, args.command)
         if ended is None:
             raise
         code, message = ended

@@ -21,15 +21,15 @@ JOB_NAME = "lakestream-demo-ingest"
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the bounded ingest job up to the planned end offsets; exit codes as the ``lakestream`` CLI's."""
-    from cli.common import add_flags
-    from cli.main import failure
     from demo.event_feed import read_offsets
     from flink_jobs.ingest import build_ingest_job
-    from lakestream.config import load_config
+    from lakestream.config import CONFIG_FLAG, load_config
+    from lakestream.errors import exit_status
     from runtime.cluster_slots import execute_job
 
     parser = argparse.ArgumentParser(prog="demo_job", description=__doc__)
-    add_flags(parser, "config")
+    option_strings, options = CONFIG_FLAG
+    parser.add_argument(*option_strings, **options)
     parser.add_argument("--end-offsets", type=Path, required=True, help="JSON [[topic, partition, offset]]")
     args = parser.parse_args(argv)
     try:
@@ -42,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         execute_job(env, JOB_NAME, cfg.flink)
     except Exception as exc:
-        ended = failure(exc, "demo")
+        ended = exit_status(exc, "demo")
         if ended is None:
             raise
         print(ended[1], file=sys.stderr)

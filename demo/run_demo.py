@@ -40,7 +40,10 @@ POLL_S = 0.5
 
 
 class DemoInterrupted(Exception):
-    """Ctrl-C (SIGINT) or SIGTERM reached the demo; carries the signal number."""
+    """Ctrl-C (SIGINT) or SIGTERM reached the demo; carries the signal number.
+
+    Not a ``LakestreamError``: the demo catches it to stop its processes and exit 128 + the signal number.
+    """
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)

@@ -23,6 +23,7 @@ from types import TracebackType
 from typing import Any
 
 from devtools import processes
+from lakestream.errors import LakestreamError
 from lakestream.paths import KAFKA_LIB_DIR, STATE_DIR, MissingBuildError
 from runtime.flink_env import JavaNotFoundError, require_java
 
@@ -61,8 +62,10 @@ _LOG_TAIL_LINES = 40
 # --------------------------------------------------------------------------------------------- errors
 
 
-class KafkaBrokerError(RuntimeError):
+class KafkaBrokerError(LakestreamError, RuntimeError):
     """Base class: anything that stops the local broker from starting, answering or stopping."""
+
+    names_command = False
 
 
 class KafkaJarsMissingError(KafkaBrokerError, MissingBuildError):

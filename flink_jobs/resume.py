@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from lakestream.progress import ResumeError
 from runtime.flink_env import latest_checkpoint
 from sinks.ownership import EOI_CHECKPOINT_ID
 from sinks.staging import app_id_for, atomic_write_text
@@ -38,10 +39,6 @@ LINEAGE_FILE = "lineage.json"
 LINEAGE_FORMAT = 1
 #: Name prefix of a folder renamed aside to be removed.
 _TRASH = ".removing-"
-
-
-class ResumeError(RuntimeError):
-    """The recorded position cannot be used as it is; the message says why and what to do (exit 2)."""
 
 
 def new_run_id() -> str:
@@ -353,7 +350,7 @@ def staged_run_ids(specs: Iterable[Any]) -> set[str]:
     return {
         m.run_id
         for spec in specs
-        for m in StagingArea(local_table_root(spec.table_uri), spec.app_prefix).list_all()
+        for m in StagingArea(local_table_root(spec.table.table_uri), spec.app_prefix).list_all()
     }
 
 
@@ -439,7 +436,6 @@ def job_folder_of(lineage: Lineage) -> JobFolder:
 __all__ = [
     "JobFolder",
     "Lineage",
-    "ResumeError",
     "StartPlan",
     "lineage_ended",
     "job_folder_of",

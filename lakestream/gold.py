@@ -25,6 +25,7 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from lakestream.adapters import orders_db, payments
 from lakestream.config import Config, check_gold_window
+from lakestream.errors import FAILED, LakestreamError
 from lakestream.standard import AMOUNT, TIMESTAMP, StandardEvent
 from lakestream.time import iso_utc
 
@@ -119,11 +120,11 @@ GOLD_SCHEMA: pa.Schema = pa.schema(
 )
 
 
-class GoldTableError(ValueError):
+class GoldTableError(LakestreamError, ValueError):
     """The gold table exists with other columns; the message names them and the fix."""
 
 
-class WindowAlignmentError(ValueError):
+class WindowAlignmentError(LakestreamError, ValueError):
     """A range bound is not on a window boundary; ``nearest`` holds the aligned times around it."""
 
     def __init__(self, message: str, nearest: tuple[datetime, datetime]) -> None:
@@ -303,8 +304,10 @@ def gold_inputs(data: pa.Table | pa.RecordBatch | Sequence[StandardEvent]) -> pa
 # -- interpretation (a): Arrow -----------------------------------------------------------------------
 
 
-class GmvOverflowError(ValueError):
+class GmvOverflowError(LakestreamError, ValueError):
     """A window's gmv does not fit ``decimal(18, 2)``."""
+
+    exit_code = FAILED
 
 
 def _overflow(value: object) -> GmvOverflowError:

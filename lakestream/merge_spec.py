@@ -20,8 +20,10 @@ from typing import Any, NamedTuple
 
 import pyarrow as pa
 
+from lakestream.errors import LakestreamError
 
-class MergeSpecError(ValueError):
+
+class MergeSpecError(LakestreamError, ValueError):
     """A MergeSpec that does not fit the table schema or gives a column two roles."""
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from lakestream.errors import LakestreamError
+
 PROJECT_ROOT: Path = Path(__file__).resolve().parent.parent
 JVM_DIR: Path = PROJECT_ROOT / "jvm"
 JVM_TARGET: Path = JVM_DIR / "target"
@@ -25,8 +27,10 @@ STATE_DIR: Path = Path(os.environ.get("LAKESTREAM_STATE_DIR", PROJECT_ROOT / ".l
 CACHE_DIR: Path = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lakestream"
 
 
-class MissingBuildError(RuntimeError):
+class MissingBuildError(LakestreamError, RuntimeError):
     """A jar that the Maven build produces is not there."""
+
+    names_command = False
 
 
 def require_jvm_build() -> None:

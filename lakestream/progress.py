@@ -21,10 +21,16 @@ from typing import Any
 
 import pyarrow as pa
 
+from lakestream.errors import LakestreamError
+
 #: Middle part of a progress value's txn app id; never a run id (those are hex or ``legacy-...``).
 PROGRESS_SEGMENT = "progress"
 #: Commit metadata key of the progress values a commit records (also readable in ``history()``).
 PROGRESS_KEY = "lakestream.progress"
+
+
+class ResumeError(LakestreamError, RuntimeError):
+    """The recorded position cannot be used as it is; the message says why and what to do (exit 2)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,8 +22,8 @@ from typing import Literal
 import pyarrow as pa
 
 from lakestream.config import Config, MaintenanceConfig
-from maintenance.errors import MaintenanceError
 from maintenance.facts import TableRef, last_checkpoint_version, now_ms, resolve_table, table_folders
+from maintenance.maintenance_errors import MaintenanceError
 from maintenance.operations import checkpoint, cleanup, open_table, optimize, vacuum
 from storage.retry_policy import RetryPolicy
 

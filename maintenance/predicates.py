@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from maintenance.errors import PredicateError
+from maintenance.maintenance_errors import PredicateError
 
 Filter = tuple[str, str, str | list[str]]
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
+from lakestream.errors import FAILED, LakestreamError
 from lakestream.gold import LAYER_BATCH, LAYER_REALTIME
 
 BATCH = LAYER_BATCH
@@ -24,8 +25,11 @@ LAYERS = (BATCH, REALTIME)
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
-class GoldDataError(ValueError):
+class GoldDataError(LakestreamError, ValueError):
     """The gold rows break the table's contract (unknown layer, two rows of one layer for a window)."""
+
+    exit_code = FAILED
+    preface = "the gold table breaks its contract: "
 
 
 @dataclass(frozen=True, slots=True)

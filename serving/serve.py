@@ -24,7 +24,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from lakestream.config import Config, ConfigError
-from lakestream.time import TimeArgError, iso_utc, parse_range, parse_time, utc_day
+from lakestream.time import TimeArgError, iso_utc, parse_as_of, parse_range, parse_time, utc_day
 from serving.gold_cache import GoldCache, GoldSnapshot
 from serving.gold_read import (
     LATE_TABLE,
@@ -32,13 +32,15 @@ from serving.gold_read import (
     DayCounts,
     GoldMissingError,
     GoldReadError,
-    parse_as_of,
 )
 from serving.metrics_view import GoldDataError
 
 
 class BadRequest(ValueError):
-    """A query parameter is missing, unknown or malformed (HTTP 400); the message names it."""
+    """A query parameter is missing, unknown or malformed (HTTP 400); the message names it.
+
+    Not a ``LakestreamError``: the request handler turns it into a 400 response, it never ends a command.
+    """
 
     def __init__(self, parameter: str, message: str) -> None:
         super().__init__(message)

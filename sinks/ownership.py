@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from sinks.errors import RestoreBehindTableError
+from sinks.sink_errors import RestoreBehindTableError
 from sinks.staging import Manifest, StagingArea, app_id_for
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 from lakestream.progress import checked_progress
 from sinks.delta_files import file_stats, partition_dir, partition_value
-from sinks.errors import BatchSchemaError, KeyNullError
+from sinks.sink_errors import BatchSchemaError, KeyNullError
 from sinks.staging import (
     Manifest,
     ManifestKind,

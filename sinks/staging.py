@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote, unquote, urlparse
 
-from sinks.errors import UnsupportedTableUriError
+from sinks.sink_errors import UnsupportedTableUriError
 
 ManifestState = Literal["pending", "prepared"]
 ManifestKind = Literal["data_files", "merge_source"]

@@ -13,7 +13,7 @@ from deltalake import DeltaTable
 from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
-from sinks.errors import TableSchemaError
+from sinks.sink_errors import TableSchemaError
 from sinks.table_spec import TableSpec
 
 log = logging.getLogger(__name__)

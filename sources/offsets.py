@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from sources.errors import OffsetMismatchError
+from sources.source_errors import OffsetMismatchError
 
 OFFSET_FORMAT = 1
 

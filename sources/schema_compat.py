@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from sources.errors import SchemaChangeError
 from sources.options import SchemaChanges
+from sources.source_errors import SchemaChangeError
 from storage.delta_log import normalize_type
 
 

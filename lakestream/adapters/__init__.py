@@ -13,6 +13,7 @@ from typing import Protocol
 
 from lakestream.adapters import behaviour, logistics, orders_db, payments
 from lakestream.adapters.settings import DEFAULT_SETTINGS, AdapterSettings, AdapterSettingsError
+from lakestream.errors import LakestreamError
 from lakestream.standard import Rejected, StandardEvent
 
 __all__ = [
@@ -53,7 +54,7 @@ ADAPTERS: Mapping[str, Adapter] = MappingProxyType(
 )
 
 
-class UnknownAdapterError(KeyError):
+class UnknownAdapterError(LakestreamError, KeyError):
     """A configuration names a source no adapter exists for."""
 
     def __str__(self) -> str:

@@ -70,7 +70,11 @@ _EXACT_TYPES = frozenset({str, int, bool, type(None)})
 
 
 class FieldError(ValueError):
-    """A payload field is malformed; the message is ``"<field>: <what was expected>, got <what came>"``."""
+    """A payload field is malformed; the message is ``"<field>: <what was expected>, got <what came>"``.
+
+    Not a ``LakestreamError``: the adapter turns it into the reject reason of a quarantined record, it
+    never ends a command.
+    """
 
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")

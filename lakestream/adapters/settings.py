@@ -10,8 +10,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from lakestream.errors import LakestreamError
 
-class AdapterSettingsError(ValueError):
+
+class AdapterSettingsError(LakestreamError, ValueError):
     """An adapter setting is unusable; the message names the setting and how to fix it."""
 
 

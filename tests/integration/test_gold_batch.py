@@ -38,7 +38,7 @@ from lakestream.gold import (
     windows_of_range,
 )
 from lakestream.standard import StandardEvent, bronze_batch
-from maintenance.errors import ConflictError
+from maintenance.maintenance_errors import ConflictError
 from storage.retry_policy import RetryPolicy
 
 ROOT = Path(__file__).resolve().parents[2]

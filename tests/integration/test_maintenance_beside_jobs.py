@@ -21,8 +21,8 @@ from deltalake import DeltaTable, write_deltalake
 from devtools.processes import kill_group
 from lakestream.config import load_config
 from maintenance import operations
-from maintenance.errors import ConflictError, RefusedError
 from maintenance.facts import resolve_table
+from maintenance.maintenance_errors import ConflictError, RefusedError
 from storage.reader_positions import read_records
 from storage.retry_policy import RetryPolicy
 from tests.integration.test_ingest_end_to_end import assert_tables, build_stream, expected_counts, produce

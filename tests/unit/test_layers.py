@@ -39,7 +39,6 @@ LAYERS["cli"] = LAYERS["demo"] | {"demo"}
 DEVTOOLS_USERS = {
     "flink_jobs.lifecycle",
     "cli.cmd_kafka",
-    "cli.main",
     "demo.run_demo",
     "demo.event_feed",
     "demo.job_process",

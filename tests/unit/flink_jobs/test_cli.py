@@ -13,15 +13,15 @@ import pytest
 import cli.common as cli_common
 import cli.main as cli
 import flink_jobs.lifecycle as lifecycle
-from cli.common import SHARED_FLAGS
-from flink_jobs.lifecycle import JobFailedError
-from devtools import kafka_broker
 from cli import cmd_ingest
-from flink_jobs.resume import ResumeError
+from cli.common import SHARED_FLAGS
+from devtools import kafka_broker
+from flink_jobs.lifecycle import JobFailedError
 from lakestream.config import ConfigError
 from lakestream.paths import MissingBuildError
+from lakestream.progress import ResumeError
 from runtime.flink_env import FlinkRuntimeError
-from sources.errors import StartingPointError
+from sources.source_errors import StartingPointError
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -191,7 +191,11 @@ def kafka_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]
             topics=["t"],
             group_id="g",
             progress_table=(str(tmp_path / "lake" / "t"), "p/t"),
-            tables=[SimpleNamespace(table_uri=str(tmp_path / "lake" / "t"), app_prefix="p/t")],
+            tables=[
+                SimpleNamespace(
+                    table=SimpleNamespace(table_uri=str(tmp_path / "lake" / "t")), app_prefix="p/t"
+                )
+            ],
             starting_offsets="committed",
             build=build,
             job_name="the job",

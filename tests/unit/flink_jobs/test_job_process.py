@@ -14,7 +14,7 @@ Caused by: org.apache.flink.runtime.JobException: Recovery is suppressed by Fixe
 \tat org.apache.flink.runtime.executiongraph.failover.ExecutionFailureHandler.handleFailure(X.java:1)
 Caused by: org.apache.flink.runtime.JobException: Recovery is suppressed by FixedDelayRestartBackoff
 Caused by: java.lang.RuntimeException: Error received from SDK harness
-Caused by: sinks.errors.StagedFileMissingError: staged file /t/a.parquet is missing
+Caused by: sinks.sink_errors.StagedFileMissingError: staged file /t/a.parquet is missing
 \tat org.apache.beam.x(Y.java:2)
 \t... 12 more
 """
@@ -26,7 +26,7 @@ def test_the_root_causes_are_picked_from_a_flink_failure() -> None:
         "Caused by: org.apache.flink.runtime.JobException: Recovery is suppressed by "
         "FixedDelayRestartBackoff",
         "Caused by: java.lang.RuntimeException: Error received from SDK harness",
-        "Caused by: sinks.errors.StagedFileMissingError: staged file /t/a.parquet is missing",
+        "Caused by: sinks.sink_errors.StagedFileMissingError: staged file /t/a.parquet is missing",
         ": org.apache.flink.runtime.client.JobExecutionException: Job execution failed.",
     ]
 

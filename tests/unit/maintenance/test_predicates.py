@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from maintenance.errors import PredicateError
+from maintenance.maintenance_errors import PredicateError
 from maintenance.predicates import partition_filters
 
 

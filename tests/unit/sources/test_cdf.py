@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from sources.errors import ChangeDataFeedNotEnabledError
+from sources.source_errors import ChangeDataFeedNotEnabledError
 from tests.support.delta_source import append, batch, create, drain, poll, reader_for
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sources.errors import OffsetMismatchError
 from sources.offsets import PROGRESS_KEYS, SourceOffset, table_id_code
+from sources.source_errors import OffsetMismatchError
 
 
 @pytest.mark.parametrize(

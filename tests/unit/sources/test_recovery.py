@@ -9,9 +9,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from sources.errors import DataLossError, SchemaChangeError, SourceOptionsError
 from sources.offsets import SourceOffset
 from sources.options import DeltaSourceOptions
+from sources.source_errors import DataLossError, SchemaChangeError, SourceOptionsError
 from sources.stream_reader import DeltaStreamReader
 from tests.support.delta_source import append, batch, create, drain, poll, reader_for
 

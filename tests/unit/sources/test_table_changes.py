@@ -10,9 +10,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from sources.errors import DataChangeError, DeltaSourceError, OffsetMismatchError, StartingPointError
 from sources.offsets import SourceOffset
 from sources.options import DeltaSourceOptions
+from sources.source_errors import DataChangeError, DeltaSourceError, OffsetMismatchError, StartingPointError
 from sources.stream_reader import DeltaStreamReader
 from tests.support.delta_source import append, batch, create, data_cols, drain, poll, reader_for
 

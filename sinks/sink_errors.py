@@ -8,9 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from lakestream.errors import BAD_INPUT, FAILED, LakestreamError
 
-class DeltaSinkError(RuntimeError):
+
+class DeltaSinkError(LakestreamError, RuntimeError):
     """Base class, so the Flink wrapper can tell sink failures from bugs elsewhere."""
+
+    exit_code = FAILED
 
 
 class MarkerOrderError(DeltaSinkError):
@@ -27,6 +31,8 @@ class BatchSchemaError(DeltaSinkError):
 class TableSchemaError(DeltaSinkError):
     """The Delta table exists with a schema or partitioning the writer was not configured for."""
 
+    exit_code = BAD_INPUT
+
 
 class KeyNullError(DeltaSinkError):
     """A merge/upsert key column holds nulls: such rows can never match and would be inserted each time."""
@@ -34,6 +40,8 @@ class KeyNullError(DeltaSinkError):
 
 class UnsupportedTableUriError(DeltaSinkError):
     """The staging area (manifests, merge sources) needs a local path; object stores are not supported yet."""
+
+    exit_code = BAD_INPUT
 
 
 class CommitConflictError(DeltaSinkError):

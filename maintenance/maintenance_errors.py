@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from lakestream.errors import FAILED, LakestreamError
 
-class MaintenanceError(RuntimeError):
+
+class MaintenanceError(LakestreamError, RuntimeError):
     """A maintenance operation could not run; the message says why and what to do."""
 
 
@@ -17,6 +19,8 @@ class RefusedError(MaintenanceError):
 
 class ConflictError(MaintenanceError):
     """The operation kept losing commit races against concurrent writers; nothing was changed."""
+
+    exit_code = FAILED
 
 
 class PredicateError(MaintenanceError, ValueError):

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from storage.read_errors import DeltaReadError
 
-class DeltaSourceError(RuntimeError):
+
+class DeltaSourceError(DeltaReadError):
     """Base class: the stream cannot go on as configured."""
 
 
@@ -23,10 +25,6 @@ class StartingPointError(DeltaSourceError):
 
 class OffsetMismatchError(DeltaSourceError):
     """A restored offset belongs to another table (the path now holds a different Delta table)."""
-
-
-class UnsupportedTableError(DeltaSourceError):
-    """The table uses a feature this source cannot read correctly (deletion vectors, column mapping)."""
 
 
 class DataChangeError(DeltaSourceError):
