@@ -3,8 +3,9 @@
 ``lakestream tables``, ``lakestream query`` and the page's ``as_of``, ``maintain restore`` and the batch
 layer's ``--as-of`` all open old versions here, so all reach as far back and fail the same way. How far
 back reaches is bounded by log cleanup (commit files older than ``delta.logRetentionDuration`` go) and,
-for reading rows, by VACUUM (data files of old versions go). delta-rs loads the oldest retained version
-for a time before it, a version that did not exist then: that is refused here too.
+for reading rows, by VACUUM (data files of old versions go). As of a time means the newest version whose
+commit timestamp (its ``commitInfo``, what ``lakestream tables`` and the history show) is at or before
+it; a time before the oldest retained commit is refused, not read as that commit.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from deltalake.exceptions import DeltaError
 
 from lakestream.errors import LakestreamError
 from lakestream.time import iso_utc, iso_utc_ms
-from storage.delta_log import commit_ms
+from storage.delta_log import DeltaLog
 
 
 class OutOfReachError(LakestreamError, ValueError):
@@ -43,10 +44,11 @@ def open_table_at(
         return dt
     latest = dt.version()
     shown = str(at) if isinstance(at, int) else iso_utc(at)
+    version = at if isinstance(at, int) else _version_as_of(uri, at, name, shown, storage_options)
     try:
-        if isinstance(at, int) and not 0 <= at <= latest:
+        if not 0 <= version <= latest:
             raise ValueError(f"the latest version is {latest}")
-        dt.load_as_version(at)
+        dt.load_as_version(version)
     except (DeltaError, ValueError, OSError) as exc:
         hint = (
             f"versions go from the oldest retained commit to {latest}"
@@ -57,14 +59,27 @@ def open_table_at(
             f"{name} {shown}: cannot load {uri} there ({_first_line(exc)}); {hint}. Commits older "
             "than delta.logRetentionDuration are removed by log cleanup."
         ) from None
-    if isinstance(at, datetime):
-        committed = commit_ms(uri, dt.version(), storage_options=storage_options)
-        if committed is not None and committed > at.timestamp() * 1000:
-            raise OutOfReachError(
-                f"{name} {shown}: {uri} has no version committed at or before it (its oldest retained "
-                f"version {dt.version()} was committed at {iso_utc_ms(committed)})"
-            )
     return dt
+
+
+def _version_as_of(
+    uri: str, at: datetime, name: str, shown: str, storage_options: Mapping[str, str] | None
+) -> int:
+    """The newest version committed at or before ``at``, reading commit files from the newest back."""
+    log = DeltaLog(uri, storage_options=storage_options, cache_size=0)
+    at_ms = at.timestamp() * 1000
+    oldest: tuple[int, int] | None = None
+    for version in reversed(log.commit_versions()):
+        commit = log.read_commit(version)
+        if commit is None:
+            continue
+        if commit.timestamp_ms <= at_ms:
+            return version
+        oldest = (version, commit.timestamp_ms)
+    reach = ""
+    if oldest is not None:
+        reach = f" (its oldest retained version {oldest[0]} was committed at {iso_utc_ms(oldest[1])})"
+    raise OutOfReachError(f"{name} {shown}: {uri} has no version committed at or before it{reach}")
 
 
 def _first_line(exc: BaseException) -> str:
