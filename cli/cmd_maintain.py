@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable
 from types import FrameType
 
-from cli.common import SubParsers, add_command, load
+from cli.common import SubParsers, add_command, add_group, load
 from lakestream.config import Config
 from lakestream.time import format_duration, plain_utc
 from maintenance import operations
@@ -233,15 +233,13 @@ def _table_command(
 
 def register(subparsers: SubParsers) -> argparse.ArgumentParser:
     """Register ``lakestream maintain`` and its operations."""
-    parent = add_command(
+    parent, sub = add_group(
         subparsers,
         "maintain",
-        func=lambda _args: 2,
+        dest="operation",
         help="table maintenance: optimize, vacuum, checkpoint, cleanup, history, restore, properties, auto",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parent.add_subparsers(dest="operation", required=True)
 
     p = _table_command(sub, "optimize", cmd_optimize, "compact small files, or Z-order with --zorder")
     p.add_argument("--zorder", default=None, help="comma-separated columns to Z-order by")

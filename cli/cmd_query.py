@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cli.common import SubParsers, add_command, load
+from cli.common import SubParsers, add_command, add_group, load
 from lakestream.merge_on_read_rule import DIALECTS
 from lakestream.table_names import SILVER_TABLE
 from lakestream.time import ACCEPTED_FORMS, iso_utc, parse_as_of, parse_range, utc_day
@@ -53,15 +53,13 @@ def cmd_metrics(args: argparse.Namespace) -> int:
 
 def register(subparsers: SubParsers) -> argparse.ArgumentParser:
     """Register ``lakestream query`` and its sub-command ``metrics``."""
-    parent = add_command(
+    _, sub = add_group(
         subparsers,
         "query",
-        func=lambda _args: 2,
+        dest="what",
         help="read served gold metrics (per window, batch or realtime) or the current silver orders",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parent.add_subparsers(dest="what", required=True)
     p = add_command(
         sub, "metrics", func=cmd_metrics, flags=("lakehouse",), help="gold windows of [--from, --to)"
     )

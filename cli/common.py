@@ -65,6 +65,24 @@ def add_command(
     return parser
 
 
+def add_group(
+    subparsers: SubParsers, name: str, *, dest: str, **parser_options: Any
+) -> tuple[argparse.ArgumentParser, SubParsers]:
+    """Register command group ``name`` (``lakestream maintain``, ``lakestream query``) and return it with
+    the parsers of its operations, one of which is required (its name lands in ``args.<dest>``).
+
+    ``parser_options`` are those of :func:`add_command`; the description is shown as written.
+    """
+    parent = add_command(
+        subparsers,
+        name,
+        func=lambda _args: 2,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        **parser_options,
+    )
+    return parent, parent.add_subparsers(dest=dest, required=True)
+
+
 def load(args: argparse.Namespace) -> Config:
     """The validated configuration, with ``--lakehouse`` / ``--bootstrap-servers`` applied over it."""
     cfg = load_config(getattr(args, "config", None))

@@ -118,6 +118,19 @@ public final class Harnesses {
         return rows;
     }
 
+    /** The records emitted so far, in order, without watermarks and statuses (the output is kept). */
+    public static List<StreamRecord<Row>> records(AbstractStreamOperatorTestHarness<Row> harness) {
+        List<StreamRecord<Row>> out = new ArrayList<>();
+        for (Object o : harness.getOutput()) {
+            if (o instanceof StreamRecord) {
+                @SuppressWarnings("unchecked")
+                StreamRecord<Row> r = (StreamRecord<Row>) o;
+                out.add(r);
+            }
+        }
+        return out;
+    }
+
     /** The kinds of the marker rows, in order. */
     public static List<Integer> kinds(List<Row> markers) {
         List<Integer> kinds = new ArrayList<>();

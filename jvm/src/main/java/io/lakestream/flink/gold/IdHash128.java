@@ -20,19 +20,11 @@ public final class IdHash128 {
         int i = 0;
         // 16-byte blocks: 8 chars.
         for (; i + 8 <= n; i += 8) {
-            long k1 = chars4(s, i);
-            long k2 = chars4(s, i + 4);
-            k1 *= C1;
-            k1 = Long.rotateLeft(k1, 31);
-            k1 *= C2;
-            h1 ^= k1;
+            h1 ^= mixK1(chars4(s, i));
             h1 = Long.rotateLeft(h1, 27);
             h1 += h2;
             h1 = h1 * 5 + 0x52dce729;
-            k2 *= C2;
-            k2 = Long.rotateLeft(k2, 33);
-            k2 *= C1;
-            h2 ^= k2;
+            h2 ^= mixK2(chars4(s, i + 4));
             h2 = Long.rotateLeft(h2, 31);
             h2 += h1;
             h2 = h2 * 5 + 0x38495ab5;
@@ -49,16 +41,10 @@ public final class IdHash128 {
             }
         }
         if (rest > 4) {
-            k2 *= C2;
-            k2 = Long.rotateLeft(k2, 33);
-            k2 *= C1;
-            h2 ^= k2;
+            h2 ^= mixK2(k2);
         }
         if (rest > 0) {
-            k1 *= C1;
-            k1 = Long.rotateLeft(k1, 31);
-            k1 *= C2;
-            h1 ^= k1;
+            h1 ^= mixK1(k1);
         }
         long len = 2L * n;
         h1 ^= len;
@@ -77,6 +63,16 @@ public final class IdHash128 {
                 | ((s.charAt(i + 1) & 0xffffL) << 16)
                 | ((s.charAt(i + 2) & 0xffffL) << 32)
                 | ((s.charAt(i + 3) & 0xffffL) << 48);
+    }
+
+    /** The first lane's block mix, for a full block and for the tail alike. */
+    private static long mixK1(long k1) {
+        return Long.rotateLeft(k1 * C1, 31) * C2;
+    }
+
+    /** The second lane's block mix. */
+    private static long mixK2(long k2) {
+        return Long.rotateLeft(k2 * C2, 33) * C1;
     }
 
     private static long fmix(long k) {

@@ -1,11 +1,11 @@
 package io.lakestream.flink.gold;
 
+import static io.lakestream.flink.Harnesses.records;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
@@ -71,18 +71,6 @@ class GoldLatenessGateTest {
             users[k] = k == 1 ? null : "u" + k;
         }
         return Row.of(times, kinds, amounts, orders, users, arrival);
-    }
-
-    private static List<StreamRecord<Row>> records(OneInputStreamOperatorTestHarness<Row, Row> h) {
-        List<StreamRecord<Row>> out = new ArrayList<>();
-        for (Object o : h.getOutput()) {
-            if (o instanceof StreamRecord) {
-                @SuppressWarnings("unchecked")
-                StreamRecord<Row> r = (StreamRecord<Row>) o;
-                out.add(r);
-            }
-        }
-        return out;
     }
 
     @Test

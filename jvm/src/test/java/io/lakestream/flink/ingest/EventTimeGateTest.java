@@ -2,6 +2,7 @@ package io.lakestream.flink.ingest;
 
 import static io.lakestream.flink.Harnesses.MAX_PARALLELISM;
 import static io.lakestream.flink.Harnesses.header;
+import static io.lakestream.flink.Harnesses.records;
 import static io.lakestream.flink.Harnesses.rescale;
 import static io.lakestream.flink.ingest.EventTimeGate.NOT_LATE;
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
@@ -54,19 +55,6 @@ class EventTimeGateTest {
 
     private static long[] late(Row part) {
         return (long[]) part.getField(EventTimeGate.LATE_WATERMARKS);
-    }
-
-    /** The records emitted so far (clearing the output). */
-    private static List<StreamRecord<Row>> records(OneInputStreamOperatorTestHarness<Row, Row> h) {
-        List<StreamRecord<Row>> out = new ArrayList<>();
-        for (Object o : h.getOutput()) {
-            if (o instanceof StreamRecord) {
-                @SuppressWarnings("unchecked")
-                StreamRecord<Row> r = (StreamRecord<Row>) o;
-                out.add(r);
-            }
-        }
-        return out;
     }
 
     /** Watermarks and watermark statuses emitted so far, in order. */
