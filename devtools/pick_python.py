@@ -1,15 +1,12 @@
 """Print the CPython the venv is made from: the fastest supported one on PATH.
 
 Run by ``make`` (plain ``python3``, once, when ``.venv`` does not exist yet) unless ``PYTHON`` is set.
-The Python workers run lakestream's per-record code, so the interpreter's build matters: CPython built
-with profile-guided and link-time optimisation (Debian's and python.org's builds) ran the ingest
-benchmark's Python workers about a fifth faster than a build without them (pyenv's default) on the same
-machine (benchmarks/RESULTS.md). Candidates are ``python3``, ``python3.12``, ``python3.11`` and
-``python3.10`` in every PATH directory; each is asked for its version, for ``venv`` with ``ensurepip``, and
-to time a short loop of the kind of work the workers do (the best of several rounds in its own CPU
-time, the candidates probed in turns).
-``python3`` wins unless another is at least ``MARGIN`` faster, so noise does not flip the choice. The
-choice and the timings go to stderr; only the interpreter's path goes to stdout.
+The Python workers run lakestream's per-record code, so the interpreter's build matters: a CPython with
+profile-guided and link-time optimisation (Debian's, python.org's) runs it faster than one without
+(pyenv's default). Each ``python3``, ``python3.12``, ``python3.11`` and ``python3.10`` on PATH with
+``venv`` and ``ensurepip`` times a short loop of the workers' kind of work; ``python3`` wins unless
+another is at least ``MARGIN`` faster, so noise does not flip the choice. Timings go to stderr, only
+the chosen path to stdout.
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """``lakestream changefeed``: stream a Delta table's change data feed to an audit Delta table or Kafka.
 
-Both outputs are exactly once end to end: the Delta source keeps its offset in Flink state (restored
-with the checkpoint), the audit table is written through the two-phase-commit Delta sink (one writer),
-and Kafka through Flink's transactional ``KafkaSink`` (EXACTLY_ONCE, transactional id prefix; consumers
-must read with ``isolation.level=read_committed``). ``--at-least-once`` switches Kafka to plain
-at-least-once delivery (no transactions, duplicates possible after a failure).
-
-Each output also records where the source stands, with the changes it holds: the audit table in its
-commits (``lakestream.progress``), Kafka in a positions topic in the same transaction. A run that ends
-by itself (``--polls``) leaves no checkpoint, so the next run starts there (DESIGN.md section 9).
+Both outputs are exactly once end to end: the audit table through the two-phase-commit Delta sink,
+Kafka through Flink's transactional ``KafkaSink`` (consumers must read with
+``isolation.level=read_committed``). ``--at-least-once`` writes Kafka without transactions (duplicates
+possible after a failure). Each output records where the source stands with the changes it holds (the
+audit table in its commits, Kafka in a positions topic), so the next run continues where a run that
+ended by itself (``--polls``) stopped (DESIGN.md section 9).
 
 Change events on Kafka are JSON objects: the table's columns plus ``_change_type``,
 ``_commit_version`` and ``_commit_timestamp`` (ISO 8601), like ``to_json(struct(*))`` of Spark's

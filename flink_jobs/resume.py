@@ -1,18 +1,11 @@
 """Where the next run of a job starts: its newest lineage's checkpoint, or the position its output recorded.
 
-A *lineage* is a line of runs that share one sink run id: it starts fresh once and continues through
-every restore from its checkpoints. Each job keeps its lineages under
-``<flink.checkpoint_dir>/<job>/<run id>/``: ``lineage.json`` (what its current run is: bounded or not,
-parallelism, end offsets, where it started) and the Flink checkpoints of its runs
-(``<flink job id>/chk-N``). The CLI picks the run id before a fresh start (``lakestream.run-id``), so it
-is known even before the first checkpoint.
-
-A run that ends by itself leaves no checkpoint (Flink discards them), so the position of record is the
-one the job's own output committed with its data (``lakestream.progress``). :func:`plan_start` decides
-between restoring the newest lineage's checkpoint, completing a bounded lineage that did not finish,
-settling a killed unbounded lineage's checkpoint into the tables (before a bounded run: Kafka splits
-keep their run's stopping offsets), and a new lineage at the recorded position (DESIGN.md section 9).
-A finished lineage's folder is removed, and a new lineage removes the ones it supersedes.
+A *lineage* is a line of runs sharing one sink run id, kept under ``<flink.checkpoint_dir>/<job>/<run id>/``
+(``lineage.json`` and its Flink checkpoints); the CLI picks the run id of a fresh start. A run that
+ends by itself leaves no checkpoint, so its output's committed position (``lakestream.progress``) is
+the record. :func:`plan_start` chooses between restoring the newest lineage's checkpoint, completing an
+unfinished bounded lineage, settling a killed unbounded one into the tables, and a new lineage at the
+recorded position. The rules and their order: DESIGN.md section 9.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """Merge-on-read semantics: a snapshot table, a changes table, and the one rule that reads them as one.
 
-Each commit appends its rows folded per key to the changes table, every row stamped with the commit's
-sequence (``seq``: increasing in commit order). The compaction folds the changes above the snapshot's
-fold point into the snapshot; the snapshot row keeps the highest sequence folded into it. Both tables
-have the same columns, and ``spec`` is the table's ``MergeSpec`` with ``seq`` as a greatest column
-(``MergeSpec.sequenced``). The current state of a key is then, per column group, the value of the row
-with the greatest (time, sequence) among the rows of the snapshot and of the changes whose value is
-not null: the fold of every change in commit order. It holds when the snapshot is the fold of exactly
-the changes up to its fold point, and the changes read hold every change above it (compacted ones
-that are still there change nothing). DESIGN.md section 13 has the argument; ``current_rows`` (Arrow)
-and ``view_sql`` (SQL) are its two interpreters, property-tested against ``MergeSpec.fold_rows``.
+Both tables have the same columns; ``spec`` is the table's ``MergeSpec`` with the commit sequence
+``seq`` as a greatest column (``MergeSpec.sequenced``). The current state of a key is, per column group,
+the value of the row with the greatest (time, sequence) among the snapshot's and the changes' rows whose
+value is not null: the fold of every change in commit order. ``current_rows`` (Arrow) and ``view_sql``
+(SQL) are its two interpreters, held to ``MergeSpec.fold_rows``; the rule and why it holds: DESIGN.md
+section 13.
 """
 
 from __future__ import annotations

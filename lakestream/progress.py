@@ -1,16 +1,11 @@
 """Where a job's input stands, recorded in its own output: the progress values of its commits.
 
-A job that ends by itself (``--bounded``, ``--polls``) leaves no Flink checkpoint behind, so the next
-run needs another record of where the input ended. The writers keep it with the data: each progress
-value is a Delta ``txn`` action ``<app prefix>:progress:<key>`` (its version is the value) in the very
-commit that holds the rows the value covers, so the position and the data are committed together and
-cannot diverge; txn actions are part of a table's snapshot, so they survive log cleanup and
-checkpoints. The change feed's Kafka output keeps the same values in a positions topic, in the same
-Kafka transaction as the change events (DESIGN.md section 9).
-
-Keys: ``kafka/<topic>/<partition>`` is the next offset to read; ``watermark/<topic>/<partition>`` the
-newest VALID event time (epoch ms) read from that partition, which the event-time gate of the next run
-starts from; ``delta/...`` the Delta source's offset (``sources.offsets.SourceOffset.progress``).
+A job that ends by itself leaves no Flink checkpoint, so its writers record where the input stands in
+the commit that holds the rows it covers: a Delta ``txn`` action ``<app prefix>:progress:<key>`` whose
+version is the value, so position and data cannot diverge (DESIGN.md section 9). Keys:
+``kafka/<topic>/<partition>`` the next offset; ``watermark/<topic>/<partition>`` the newest VALID event
+time (epoch ms), where the next run's event-time gate starts; ``delta/...`` the Delta source's offset
+(``sources.offsets.SourceOffset.progress``).
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """What the streaming jobs and readers of a table still need, and whether a VACUUM or log cleanup is safe.
 
 Pure functions of facts gathered elsewhere (``maintenance.facts``), so each rule is unit-tested on its
-own. The rules and why they are enough: DESIGN.md section 10.
-
-- Table rule: a retention below ``delta.deletedFileRetentionDuration`` (7 days by default).
-- Jobs rule: a MERGE or a source poll reads the files of the snapshot it planned on until it commits or
-  re-plans, within a checkpoint interval; retention must exceed two checkpoint intervals.
-- Reader rule: a Delta-source reader (changefeed) whose offset state may go back to version v needs
-  every file removed at or after v, and such files were removed at or after v's commit time; the
-  retention must reach back past that time.
-- Staged files: files a sink staged for a checkpoint but has not committed are not in the log; a full
-  VACUUM deletes untracked files, so it is refused outright while any candidate is one of them (no
-  ``--force`` overrides that: the checkpoint they belong to is complete and its input is not replayed).
+own: the table's own retention, two checkpoint intervals for the jobs, each Delta-source reader's
+oldest needed version, and a full VACUUM never deleting staged, uncommitted files (not even with
+``--force``). The rules and why they are enough: DESIGN.md section 10.
 """
 
 from __future__ import annotations

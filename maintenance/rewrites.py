@@ -1,12 +1,11 @@
 """One rewrite of a table at a time, and a check that a rewrite did not duplicate rows.
 
 delta-rs 1.6 does not detect two OPTIMIZE commits planned on one snapshot: both remove the same files
-with ``dataChange = false`` and both land, so the rewritten rows are in the table twice (measured:
-two compactions of a 3-row table from one snapshot leave 6 rows; two Z-orders of silver beside the
-ingest doubled it at each such race). lakestream's own rewrites therefore take an exclusive lock per
-table (``<table>/_lakestream/maintenance.lock``, ``fcntl.flock``, local tables), and after each one
-``duplicated_by`` checks the commits between its read version and its own for removes of the same
-files, which is how a rewrite by another engine or host racing it shows (DESIGN.md section 10).
+with ``dataChange = false`` and both land, so the rewritten rows are in the table twice. lakestream's
+own rewrites therefore take an exclusive lock per table (``<table>/_lakestream/maintenance.lock``,
+``fcntl.flock``, local tables), and after each one ``duplicated_by`` checks the commits between its
+read version and its own for removes of the same files, which is how a rewrite by another engine or
+host racing it shows (DESIGN.md section 10).
 """
 
 from __future__ import annotations

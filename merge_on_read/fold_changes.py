@@ -1,18 +1,11 @@
 """The compaction of a merge-on-read table: fold the changes table into the snapshot, exactly once.
 
-One fold reads the change rows above the snapshot's fold point and writes the current rows of their
-keys into the snapshot in one commit whose txn action (``FOLD_APP``) records the highest sequence
-folded: the next fold starts above it, so every change is folded once, also after a crash at any point
-(the commit is atomic). The clustered fold (``replace_cells``) keeps the snapshot's files sorted by
-key and disjoint: it rewrites only the key ranges (``merge_on_read.key_ranges``) the fold's keys fall in,
-so with keys that grow with time a fold costs about its own rows and the newest file. Where that does
-not apply (several key columns, no file statistics, a change data feed, overlapping files above
-``MAX_CELL_ROWS``) the fold MERGEs the changes, folded per key, instead. Folds take the snapshot's
-maintenance lock (one rewrite of a table at a time, as OPTIMIZE does). Then changes that a snapshot
-commit older than ``retention`` already holds are deleted from the changes table, so a reader whose
-snapshot version is up to ``retention`` old still finds every change above it. The freshness of the
-snapshot (what it holds) is written in each fold's commit metadata (``FRESHNESS_KEY``). DESIGN.md
-section 13.
+One fold writes the current rows of the keys changed above the snapshot's fold point into the snapshot,
+in one commit whose txn action (``FOLD_APP``) records the new fold point, so every change is folded
+exactly once, whatever crashes. The clustered fold (``replace_cells``) rewrites only the key ranges the
+changes fall in, keeping the files sorted and disjoint; where that cannot apply it MERGEs instead.
+Folds hold the table's maintenance lock; afterwards changes older than ``retention`` are trimmed, and
+each fold records the snapshot's freshness (``FRESHNESS_KEY``). Contract: DESIGN.md section 13.
 """
 
 from __future__ import annotations

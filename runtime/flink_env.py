@@ -1,6 +1,6 @@
 """The Flink environment a lakestream job runs in: a local MiniCluster, or the cluster under ``flink run``.
 
-Two facts measured here shape this module: PyFlink's Python workers die with ``No module named
+Two facts shape this module: PyFlink's Python workers die with ``No module named
 'pyflink'`` unless the Python executable is set explicitly, and with checkpointing on Flink's default
 restart strategy retries forever, so a failing job looks hung. Every environment built here therefore
 sets the executable, a bounded restart strategy and retained checkpoints.

@@ -1,8 +1,8 @@
 """A temporary folder of the local JVM's own, removed when the process that started the JVM exits.
 
 Why: the local MiniCluster's working folder (``minicluster_*``: RocksDB's working copies, the job's
-blobs), its extracted RPC jar and its I/O folders stayed behind in the system's temporary folder after
-every local run, 10-45 MB each, so periodic runs and test suites filled the disk. The JVM gets
+blobs), its extracted RPC jar and its I/O folders would otherwise stay behind in the system's temporary
+folder after every local run, until periodic runs and test suites fill the disk. The JVM gets
 ``-Djava.io.tmpdir`` (Flink's ``io.tmp.dirs`` default) pointing here instead. A folder whose process
 died without cleaning up (kill -9) is removed by the next local run.
 """

@@ -1,18 +1,12 @@
 """Durable record of work staged for a checkpoint but not yet in the Delta log: the manifests.
 
-A manifest is the only link between Parquet files sitting in the table folder and the checkpoint they
-belong to, so it is written atomically and durably (temp file, fsync, rename, fsync of the folder) and
-twice: ``pending`` before the first data byte is written (it names the token every file of this prepare
-carries, so a crash halfway leaves nothing that cannot be found and deleted) and ``prepared`` once all
-files are written and fsynced. Only ``prepared`` manifests are ever committed.
-
-Layout under the table root (names percent-encoded, so any app prefix or run id is a safe folder name)::
+A manifest is the only link between staged files and their checkpoint, so it is written atomically
+(temp file, fsync, rename, fsync of the folder) as ``pending`` before the first data byte and as
+``prepared`` once every file is durable; only ``prepared`` ones are committed (DESIGN.md section 3).
+Layout under the table root, names percent-encoded, in folders Delta and VACUUM skip::
 
     _lakestream/manifests/<app_prefix>/<run_id>/<subtask>/<checkpoint:020d>.json
     _lakestream/staging/<app_prefix>/<run_id>/<subtask>/<checkpoint:020d>-<token>.arrow   (merge sources)
-
-Delta ignores folders starting with ``_`` and so does VACUUM, so the staging area never shows up as
-table data and is never vacuumed away; staged append files live in the partition folders instead.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """Where each Delta-source reader of a table stands, recorded beside the table for its maintenance.
 
-VACUUM deletes files removed from the table more than its retention ago, and log cleanup deletes old
-commit files; a reader that is behind, or that restores from a checkpoint taken a while ago, still
-needs the files of every version from the one its offset state names. PyFlink gives the source no
-checkpoint hook, so the Flink source records the version its offset state holds and the time whenever
-that version changes (at most once per poll) and otherwise every ``RECORD_EVERY_MS``, keeping
-``HISTORY_MS`` of such entries (not at the task's end only: with one Python worker per slot PyFlink does
-not call every function's ``close`` when a bounded job ends); a checkpoint taken at time t holds an
-offset at or after the entry recorded last before t. ``lakestream maintain`` reads these records to
-know how far back each reader may still go (DESIGN.md section 10). Local tables only.
-
-Layout: ``<table>/_lakestream/readers/<reader id, percent-encoded>.json`` (Delta and VACUUM skip
-folders starting with ``_``).
+A reader that is behind, or restores an older checkpoint, still needs the files and commits of every
+version from the one its offset state names, which VACUUM and log cleanup would delete. PyFlink gives
+the source no checkpoint hook, so it records that version with the time whenever it changes and every
+``RECORD_EVERY_MS``, keeping ``HISTORY_MS`` of entries, in
+``<table>/_lakestream/readers/<reader id, percent-encoded>.json``; ``lakestream maintain`` reads them
+to know how far back each reader may still go (DESIGN.md section 10). Local tables only.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Why: each Kafka batch allocates and drops tens of thousands of container objects, so CPython's default
 threshold (700) runs the collector every few hundred records, and each full collection walks every object
 the worker holds (PyFlink, Beam, pyarrow and deltalake included). The batch objects hold no reference
-cycles, so collecting less often keeps nothing longer. Measurements: benchmarks/RESULTS.md, step 9.
+cycles, so collecting less often keeps nothing longer.
 """
 
 from __future__ import annotations
