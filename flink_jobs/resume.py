@@ -24,7 +24,8 @@ from typing import Any, Literal
 from lakestream.progress import ResumeError
 from runtime.flink_env import latest_checkpoint
 from sinks.ownership import EOI_CHECKPOINT_ID
-from sinks.staging import app_id_for, atomic_write_text
+from sinks.staging import app_id_for
+from storage.local_files import atomic_write_text
 
 log = logging.getLogger(__name__)
 

@@ -27,10 +27,9 @@ from lakestream.adapters import orders_db, payments
 from lakestream.config import Config, check_gold_window
 from lakestream.errors import FAILED, LakestreamError
 from lakestream.standard import AMOUNT, TIMESTAMP, StandardEvent
-from lakestream.time import iso_utc
+from lakestream.time import EPOCH, iso_utc
 
 UTC = timezone.utc
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
 
 #: Kind codes of a gold input: what an event counts as.

@@ -12,6 +12,9 @@ from datetime import date, datetime, timedelta, timezone
 
 from lakestream.errors import LakestreamError
 
+#: The Unix epoch, aware: epoch counts are exact integer differences from it (``(t - EPOCH) // unit``).
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
 #: The forms :func:`parse_time` accepts, for error messages and help texts.
 ACCEPTED_FORMS = "2024-06-01, 2024-06-01T04:00, 2024-06-01T04:00:00Z or 2024-06-01T12:00:00+08:00"
 

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
-from lakestream.time import iso_utc
+from lakestream.time import EPOCH, iso_utc
 from serving.gold_read import open_gold, row_json_bytes, rows_where
 from serving.metrics_view import (
     GoldRow,
@@ -36,7 +36,6 @@ from serving.metrics_view import (
 from storage.delta_log import commit_ms
 
 UTC = timezone.utc
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _DAY_US = 86_400_000_000
 
 #: Data file path -> (first, last) UTC day of its ``window_start`` values; None: no statistics.
@@ -58,7 +57,7 @@ def build_day(rows: Iterable[GoldRow]) -> DayPart:
 
 
 def _day_number(when: datetime) -> int:
-    return (when - _EPOCH) // timedelta(days=1)
+    return (when - EPOCH) // timedelta(days=1)
 
 
 def file_days(dt: DeltaTable) -> dict[str, tuple[int, int] | None]:
@@ -140,8 +139,8 @@ def _days_condition(days: Iterable[int]) -> str:
         else:
             ranges.append([d, d + 1])
     parts = [
-        f"(window_start >= '{iso_utc(_EPOCH + timedelta(days=lo))}' "
-        f"AND window_start < '{iso_utc(_EPOCH + timedelta(days=hi))}')"
+        f"(window_start >= '{iso_utc(EPOCH + timedelta(days=lo))}' "
+        f"AND window_start < '{iso_utc(EPOCH + timedelta(days=hi))}')"
         for lo, hi in ranges
     ]
     return " OR ".join(parts)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable, QueryBuilder
 from deltalake.exceptions import TableNotFoundError
 
-from lakestream.time import iso_utc
+from lakestream.time import EPOCH, iso_utc
 from maintenance.maintenance_errors import MaintenanceError
 from serving.metrics_view import (
     GoldRow,
@@ -94,14 +94,13 @@ def query(dt: DeltaTable, sql: str) -> pa.Table:
     return pa.RecordBatchReader.from_stream(result).read_all()
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 def _times(column: pa.ChunkedArray) -> list[datetime | None]:
     """A timestamp column as UTC datetimes, through epoch microseconds (pyarrow's own conversion of
     zoned timestamps is about ten times slower)."""
     micros = pc.cast(pc.cast(column, pa.timestamp("us", tz="UTC")), pa.int64()).to_pylist()
-    return [None if us is None else _EPOCH + timedelta(microseconds=us) for us in micros]
+    return [None if us is None else EPOCH + timedelta(microseconds=us) for us in micros]
 
 
 def read_rows(

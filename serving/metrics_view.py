@@ -18,11 +18,11 @@ from decimal import Decimal
 
 from lakestream.errors import FAILED, LakestreamError
 from lakestream.gold import LAYER_BATCH, LAYER_REALTIME
+from lakestream.time import EPOCH
 
 BATCH = LAYER_BATCH
 REALTIME = LAYER_REALTIME
 LAYERS = (BATCH, REALTIME)
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 class GoldDataError(LakestreamError, ValueError):
@@ -180,7 +180,7 @@ def with_empty_windows(
         raise ValueError(f"window must be positive, got {window}")
     rows = [s for s in served if s.row.window_start < end]
     starts = {s.row.window_start for s in rows}
-    offset = (start - _EPOCH) % window
+    offset = (start - EPOCH) % window
     t = start if not offset else start - offset + window
     slots: list[tuple[datetime, ServedWindow | None]] = [(s.row.window_start, s) for s in rows]
     while t < end:

@@ -7,7 +7,7 @@ its invariants and how the modules split it are in DESIGN.md section 3; the MERG
 """
 
 from sinks.committable import CommitMode, Committable
-from sinks.committer import COUNTERS_KEY, CommitHooks
+from sinks.committer import CommitHooks
 from sinks.global_committer import GlobalCommitter
 from sinks.sink_errors import (
     CommitConflictError,
@@ -20,6 +20,7 @@ from sinks.sink_errors import (
 from sinks.table_spec import TableSpec
 from sinks.writer import EOI_CHECKPOINT_ID, TwoPhaseDeltaWriter
 from sinks.writer_metrics import CommitResult, WriterMetrics
+from storage.delta_log import COUNTERS_KEY
 from storage.retry_policy import RetryPolicy
 
 __all__ = [

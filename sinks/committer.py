@@ -1,16 +1,11 @@
 """The commit side of the sink: staged manifests (the committables) into ONE Delta commit, exactly once.
 
-Each attempt refreshes the snapshot and drops manifests whose app id already has txn version >= their
-checkpoint (delta-rs does not refuse such a commit itself, delta-io/delta-rs#2580), then commits the
-rest with one txn action per app id: appended files as ``add`` actions, one guarded MERGE, or (changes
-mode) the manifests' rows folded per key into one file stamped with the commit's sequence. A
-conflict is re-planned from a fresh snapshot with ``RetryPolicy`` backoff. The manifests may come from
-several subtasks and runs; the committer keeps no per-subtask state. The counters of the manifests a
-commit takes are added up into its ``lakestream.counters`` metadata, so each is in the table exactly
-once (a commit of counters only has txn actions and metadata). The manifests' progress values (where
-the writer's input stands, ``lakestream.progress``) become txn actions of the same commit, the later
-checkpoint's value winning: the table's progress describes exactly its rows (DESIGN.md section 9).
-Protocol: DESIGN.md section 3.
+Each attempt refreshes the snapshot, skips manifests whose app id already reached their checkpoint
+(the txn check delta-rs does not make itself), and commits the rest with one txn action per app id:
+appended files, one guarded MERGE, or (changes mode) the rows folded per key into one sequenced file,
+together with the manifests' summed counters and their progress values. Conflicts are re-planned
+with ``RetryPolicy`` backoff. It keeps no per-subtask state, so manifests of several subtasks and runs
+commit alike. Protocol: DESIGN.md section 3; progress: section 9; changes mode: section 13.
 """
 
 from __future__ import annotations
@@ -41,14 +36,11 @@ from sinks.sink_errors import CommitConflictError, StagedFileMissingError
 from sinks.staging import Manifest, StagedFile, StagingArea
 from sinks.table_spec import TableSpec
 from sinks.writer_metrics import CommitResult, WriterMetrics
+from storage.delta_log import COUNTERS_KEY, counter_totals
 from storage.parquet_encoding import pyarrow_options, writer_properties
 from storage.retry_policy import RetryPolicy
 
 log = logging.getLogger(__name__)
-
-#: Commit metadata key of the summed manifest counters (``Stager.prepare(n, counters=...)``).
-COUNTERS_KEY = "lakestream.counters"
-
 
 class CommitHooks:
     """Seams around a commit for tests and tracing; this base class does nothing."""
@@ -187,7 +179,7 @@ class DeltaCommitter:
         keyed = self.spec.mode != "append" and any(m.files for m in pending)
         source = self._folded_source(pending) if keyed else None
         metadata: dict[str, Any] = {"lakestream.appVersions": versions}
-        counters = sum_counters(pending)
+        counters = counter_totals(pending)
         if counters:
             metadata[COUNTERS_KEY] = counters
         if progress:
@@ -239,7 +231,7 @@ class DeltaCommitter:
             latency_s=latency,
             table_version=self.snapshot().version(),
             app_versions=app_versions(committed, txn_version),
-            counters=sum_counters(committed),
+            counters=counter_totals(committed),
             progress=latest_progress(committed),
         )
         log.info("%s: %s", self.log_name, result)
@@ -358,15 +350,6 @@ def app_versions(manifests: Sequence[Manifest], txn_version: int | None = None) 
             raise ValueError(f"txn_version {txn_version} is below a checkpoint of the commit: {versions}")
         versions = dict.fromkeys(versions, txn_version)
     return dict(sorted(versions.items()))
-
-
-def sum_counters(manifests: Sequence[Manifest]) -> dict[str, int]:
-    """The manifests' counters added up per name, sorted by name (empty when none has any)."""
-    total: dict[str, int] = {}
-    for m in manifests:
-        for name, value in m.counters.items():
-            total[name] = total.get(name, 0) + value
-    return dict(sorted(total.items()))
 
 
 def latest_progress(manifests: Sequence[Manifest]) -> dict[str, int]:

@@ -1,15 +1,10 @@
 """The global committer of one table: every subtask's staged work of a checkpoint in ONE Delta commit.
 
 Writer subtasks in global-commit mode stage at PRECOMMIT(n) and emit a ``Committable`` instead of
-committing (``sinks.writer``); one ``GlobalCommitter`` (at parallelism 1, fed by all of them) collects the
-committables and at COMMIT(n) commits every collected one with checkpoint id <= n through
-``sinks.committer.DeltaCommitter``: one commit, one txn action per subtask's app id, MERGE sources
-concatenated in (checkpoint, subtask) order and pre-reduced. At END_OF_INPUT it commits everything
-collected under ``EOI_CHECKPOINT_ID``, like a subtask-mode writer's end of input.
-
-It keeps no state and does no recovery: it commits only what it received in this attempt. What a
-crashed attempt left staged is resolved by the writer subtasks' OPEN(r), which commits the same-run
-manifests <= r of the slots it owns and aborts the rest (DESIGN.md section 3).
+committing (``sinks.writer``), so p subtasks do not race p MERGEs. One ``GlobalCommitter`` collects them
+and at COMMIT(n) commits every one <= n through ``sinks.committer.DeltaCommitter``; at END_OF_INPUT the
+rest, under ``EOI_CHECKPOINT_ID``. It keeps no state: what a crashed attempt left staged is resolved by
+the writer subtasks' OPEN (DESIGN.md section 3).
 """
 
 from __future__ import annotations

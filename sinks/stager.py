@@ -28,12 +28,12 @@ from sinks.staging import (
     ManifestKind,
     StagedFile,
     StagingArea,
-    fsync_dir,
     new_token,
     now_ms,
 )
 from sinks.table_spec import TableSpec
 from sinks.writer_metrics import WriterMetrics
+from storage.local_files import fsync_dir
 from storage.parquet_encoding import pyarrow_options
 
 #: File name suffix of staged MERGE sources (Arrow IPC file format).

@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import quote, unquote, urlparse
+from urllib.parse import unquote, urlparse
 
 from sinks.sink_errors import UnsupportedTableUriError
+from storage.local_files import atomic_write_text, fsync_dir, path_segment
 
 ManifestState = Literal["pending", "prepared"]
 ManifestKind = Literal["data_files", "merge_source"]
@@ -47,11 +47,6 @@ def local_table_root(table_uri: str) -> Path:
 def app_id_for(app_prefix: str, run_id: str, subtask: int) -> str:
     """The Delta txn app id of one subtask of one run."""
     return f"{app_prefix}:{run_id}:{subtask}"
-
-
-def _segment(name: str) -> str:
-    """Injective, path-safe folder name (no ``/``, no ``.``/``..``)."""
-    return quote(name, safe="").replace(".", "%2E")
 
 
 @dataclass(frozen=True)
@@ -185,48 +180,22 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def fsync_dir(path: Path) -> None:
-    """Make a rename or a new entry in ``path`` durable (no-op where directories cannot be opened)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` so a reader sees the old or the new content, never a torn file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-
-
 class StagingArea:
     """Manifests and merge sources of one app prefix inside one table folder."""
 
     def __init__(self, table_root: Path, app_prefix: str) -> None:
         self.table_root = table_root
         self.app_prefix = app_prefix
-        self.manifest_root = table_root / STAGING_ROOT / "manifests" / _segment(app_prefix)
-        self.staging_root = table_root / STAGING_ROOT / "staging" / _segment(app_prefix)
+        self.manifest_root = table_root / STAGING_ROOT / "manifests" / path_segment(app_prefix)
+        self.staging_root = table_root / STAGING_ROOT / "staging" / path_segment(app_prefix)
 
     def manifest_path(self, run_id: str, subtask: int, checkpoint_id: int) -> Path:
         """Where the manifest of (run, subtask, checkpoint) lives."""
-        return self.manifest_root / _segment(run_id) / str(subtask) / f"{checkpoint_id:020d}.json"
+        return self.manifest_root / path_segment(run_id) / str(subtask) / f"{checkpoint_id:020d}.json"
 
     def merge_source_dir(self, run_id: str, subtask: int) -> Path:
         """Folder of a subtask's staged MERGE sources."""
-        return self.staging_root / _segment(run_id) / str(subtask)
+        return self.staging_root / path_segment(run_id) / str(subtask)
 
     def relative(self, path: Path) -> str:
         """Path relative to the table root, posix style (what manifests store)."""
@@ -298,7 +267,7 @@ class StagingArea:
             if not root.is_dir():
                 continue
             for run_dir in root.iterdir():
-                if not run_dir.is_dir() or run_dir.name == _segment(keep_run_id):
+                if not run_dir.is_dir() or run_dir.name == path_segment(keep_run_id):
                     continue
                 for sub_dir in run_dir.iterdir():
                     with contextlib.suppress(OSError):

@@ -1,14 +1,10 @@
 """Exactly-once two-phase-commit writer for one Delta table, driven by Flink checkpoint markers.
 
-``TwoPhaseDeltaWriter`` is what one sink subtask (``sinks/flink/delta_sink.py``) calls on each marker: OPEN,
-data, PRECOMMIT(n), COMMIT(n), END_OF_INPUT. It only sequences the parts, along Flink's Sink V2 seams:
-``sinks.stager`` (the writer side: buffer, then a manifest per checkpoint), ``sinks.committer`` (those
-committables into one Delta commit), ``sinks.ownership`` (what OPEN does with staged leftovers) and
-``sinks.table_bootstrap`` (the table itself). The protocol and why it is exact: DESIGN.md section 3.
-
-With ``commit_mode="global"`` the writer stages and recovers exactly as above but never commits what it
-stages in this attempt: ``take_committables`` hands each prepared manifest on as a
-``sinks.committable.Committable`` for the one ``sinks.global_committer.GlobalCommitter``.
+``TwoPhaseDeltaWriter`` is what one sink subtask (``sinks.flink.delta_sink``) calls on each marker (OPEN,
+data, PRECOMMIT(n), COMMIT(n), END_OF_INPUT). It only sequences the parts along Flink's Sink V2 seams:
+``sinks.stager``, ``sinks.committer``, ``sinks.ownership`` and ``sinks.table_bootstrap``. With
+``commit_mode="global"`` it stages and recovers alike but hands its committables to the one
+``sinks.global_committer.GlobalCommitter`` instead of committing. Protocol: DESIGN.md section 3.
 """
 
 from __future__ import annotations

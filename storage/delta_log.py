@@ -15,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
@@ -28,7 +28,8 @@ LOG_DIR = "_delta_log"
 FileKind = Literal["add", "remove", "cdc"]
 #: The txn version the sinks record for their end-of-input commit (Flink's end-of-input checkpoint id).
 END_OF_INPUT = 2**63 - 1
-#: Commit metadata key of the sinks' per-commit counters (``sinks.committer.COUNTERS_KEY``).
+#: Commit metadata key of the sinks' per-commit counters: the summed counters of the manifests a commit
+#: takes (``Stager.prepare(n, counters=...)``).
 COUNTERS_KEY = "lakestream.counters"
 
 
@@ -533,10 +534,23 @@ class TableLog:
         return new
 
 
-def counter_totals(commits: Iterable[CommitSummary]) -> dict[str, int]:
-    """The ``lakestream.counters`` of ``commits`` added up per name (each is recorded exactly once)."""
+class Counted(Protocol):
+    """What carries ``lakestream.counters``: a commit (``CommitSummary``), a staged manifest."""
+
+    @property
+    def counters(self) -> Mapping[str, int]:
+        """Count per counter name."""
+        ...
+
+
+def counter_totals(items: Iterable[Counted]) -> dict[str, int]:
+    """The counters of ``items`` added up per name, sorted by name (empty when none has any).
+
+    Over a table's commits each count is there exactly once; over the manifests one commit takes, the
+    totals are what that commit records.
+    """
     total: dict[str, int] = {}
-    for c in commits:
+    for c in items:
         for name, value in c.counters.items():
             total[name] = total.get(name, 0) + value
     return dict(sorted(total.items()))

@@ -13,11 +13,10 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote
+
+from storage.local_files import atomic_write_text, path_segment
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +107,7 @@ def with_position(
 
 def record_path(table_root: Path, reader: str) -> Path:
     """Where the record of ``reader`` lives in the table folder (any reader id is a safe file name)."""
-    return table_root / READERS_DIR / f"{quote(reader, safe='').replace('.', '%2E')}.json"
+    return table_root / READERS_DIR / f"{path_segment(reader)}.json"
 
 
 def read_records(table_root: Path) -> list[ReaderRecord]:
@@ -136,15 +135,12 @@ def forget(table_root: Path, reader: str) -> bool:
 
 
 def write_record(table_root: Path, record: ReaderRecord) -> None:
-    """Replace the record atomically (temp file + rename): a reader of it sees old or new, never torn."""
-    path = record_path(table_root, record.reader)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(record.to_json())
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    """Replace the record atomically (temp file + rename): a reader of it sees old or new, never torn.
+
+    The folder is not synced: a rename lost in a crash leaves the older record, an older version,
+    which only makes maintenance keep more.
+    """
+    atomic_write_text(record_path(table_root, record.reader), record.to_json(), sync_folder=False)
 
 
 class PositionRecorder:

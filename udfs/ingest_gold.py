@@ -1,22 +1,17 @@
 """The speed layer of the gold metrics inside ``lakestream ingest``: gold inputs out of standardise,
 the metrics per window in the JVM, the realtime rows into ``gold/order_metrics_5m`` exactly once.
 
-Path (DESIGN.md section 11.6): standardise fills four columns of each part row (``gold_columns``: kind,
-amount in fen, order id, user id per VALID event); the ``EventTimeGate`` adds each event's partition
-watermark at arrival; ``KeyedDedupEpochOperator`` emits the first sightings on its side output;
-``GoldLatenessGate`` drops what is beyond ``gold.allowed_lateness`` and adds the rest into one partial
-per window, flushed before every barrier; ``GoldWindowAggregate`` merges the partials in keyed state
-(distinct counts over 128-bit id hashes) and emits each window's current row; both interpret
-``lakestream.gold.METRICS`` through ``GoldMetrics`` (``java_metrics``) and define no metric
-themselves. ``GoldUpsertEpochOperator`` keeps the newest row per window and checkpoint and stamps it;
-the Python ``GoldSinkFunction`` upserts by ``window_start`` under the two-phase-commit protocol
-(section 3), never over a ``layer = 'batch'`` row, in the silver committer's Python worker.
+Standardise fills the gold columns (``gold_columns``), the de-dup passes on first sightings only, and
+the Java operators compute the metrics per window from ``lakestream.gold.METRICS`` (``java_metrics``),
+defining none themselves. ``GoldSinkFunction`` upserts the rows by ``window_start`` under the
+two-phase-commit protocol, never over a ``layer = 'batch'`` row, in the silver committer's Python
+worker. Path: DESIGN.md section 11.6; protocol: section 3.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -24,24 +19,22 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyflink.common import Types
-from pyflink.datastream import ProcessFunction, RuntimeContext
+from pyflink.datastream import ProcessFunction
 
 from lakestream.gold import GOLD_SCHEMA, LAYER_REALTIME, METRICS_SCHEMA, GoldSettings, kind_array
 from lakestream.merge_spec import MergeSpec
+from lakestream.time import EPOCH
 from runtime.checkpoint_markers import DATA, KIND_FIELD, OPEN, PAYLOAD_FIELD, Marker
-from runtime.worker.bundles import skip_sampler_waits
-from sinks.flink.delta_sink import DeltaSinkSpec, TableWriters
+from sinks.flink.delta_sink import DeltaSinkSpec, TableWriterFunction, TableWriters
 from sinks.flink.global_commit import SecondSink
 from sinks.table_spec import TableSpec
-from udfs.ingest_rows import string_list
+from udfs.ingest_rows import from_epoch_millis, string_list
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyflink.datastream import DataStream
 
     from lakestream.config import Config
 
-UTC = timezone.utc
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
 
 #: ``EventTimeGate.NO_AMOUNT``: the fen entry of an event without an amount.
@@ -119,10 +112,6 @@ def gold_spec(cfg: Config, job_name: str) -> DeltaSinkSpec:
     )
 
 
-def _from_ms(ms: int) -> datetime:
-    return EPOCH + timedelta(milliseconds=ms)
-
-
 def gold_row(payload: Any) -> tuple[Any, ...]:
     """A ``GoldUpsertEpochOperator`` payload (epoch ms, counts, gmv in fen, stamps) as a
     ``GOLD_SCHEMA`` tuple of the realtime layer."""
@@ -134,7 +123,7 @@ def gold_row(payload: Any) -> tuple[Any, ...]:
     for field in METRICS_SCHEMA:
         value = exported[field.name]
         if pa.types.is_timestamp(field.type):
-            out.append(_from_ms(value))
+            out.append(from_epoch_millis(value))
         elif pa.types.is_decimal(field.type):
             out.append((Decimal(value) * _FEN).quantize(_FEN))
         else:
@@ -143,14 +132,14 @@ def gold_row(payload: Any) -> tuple[Any, ...]:
     # subtask has no partition with records): the epoch, "nothing is known to be complete".
     out += [
         LAYER_REALTIME,
-        _from_ms(data_time) if data_time is not None else EPOCH,
+        from_epoch_millis(data_time) if data_time is not None else EPOCH,
         None,
-        _from_ms(updated_at),
+        from_epoch_millis(updated_at),
     ]
     return tuple(out)
 
 
-class GoldSinkFunction(ProcessFunction):  # type: ignore[misc]
+class GoldSinkFunction(TableWriterFunction):
     """The realtime writer of the gold table: ``GoldUpsertEpochOperator``'s markers and rows in.
 
     Creates the table with ``GOLD_SCHEMA`` when missing (``ensure_gold_table``, also refusing one with
@@ -160,11 +149,6 @@ class GoldSinkFunction(ProcessFunction):  # type: ignore[misc]
     def __init__(self, spec: DeltaSinkSpec) -> None:
         self.spec = spec
         self.tables = TableWriters({"gold": spec})
-
-    def open(self, runtime_context: RuntimeContext) -> None:
-        """Register the writer's metrics."""
-        skip_sampler_waits()
-        self.tables.register_metrics(runtime_context)
 
     def process_element(self, value: Any, ctx: ProcessFunction.Context) -> Iterator[str]:
         """A gold row to stage, or a marker (OPEN creates the table first)."""
@@ -176,10 +160,6 @@ class GoldSinkFunction(ProcessFunction):  # type: ignore[misc]
 
             ensure_gold_table(self.spec.table.table_uri)
         yield from self.tables.on_marker(value)
-
-    def close(self) -> None:
-        """Release the writer."""
-        self.tables.close()
 
 
 def speed_layer(

@@ -1,17 +1,11 @@
 """Flink wrapper of the keyed side of ingest: late rows and partial silver rows, at the job's parallelism.
 
-Input: ``KeyedDedupEpochOperator`` marker rows (keyed by order, so one order's events and every copy of
-an event meet in one subtask); DATA payloads are ``ingest_rows.ResolveBatch``: parts with their late
-watermarks (from the ``EventTimeGate``) and de-dup flags (Flink keyed state). Late arrivals go to
-``late/order_events`` with their watermark and are still applied (the guard, not the watermark, protects
-newer values); first sightings become the partial rows of ``lakestream.silver.silver_source``, which the
-silver writer folds per checkpoint and MERGEs with ``SILVER_MERGE`` (DESIGN.md section 2), or in the
-merge-on-read layout appends to silver's changes table (section 13).
-
-The output is the committables (``sinks.flink.global_commit.COMMITTABLE_TYPE``) of the tables in global commit
-mode (silver), for one ``GlobalCommitterFunction``. Each checkpoint's counts of late events, duplicates
-and silver changes go with silver's staged work into its Delta commit (``lakestream.counters``): summed
-over the table history they count every event exactly once, across restores.
+Input: ``KeyedDedupEpochOperator`` marker rows keyed by order, whose DATA payloads
+(``ingest_rows.ResolveBatch``) carry each event's late watermark and de-dup flag. Late arrivals go to
+``late/order_events`` and are still applied; first sightings become silver's partial rows, staged for
+the MERGE (DESIGN.md section 2) or the merge-on-read changes table (section 13). The output is silver's
+committables for one ``GlobalCommitterFunction``, with each checkpoint's late, duplicate and change
+counts in its commit (``lakestream.counters``, section 3).
 """
 
 from __future__ import annotations
@@ -25,9 +19,8 @@ from pyflink.datastream import ProcessFunction, RuntimeContext
 
 from lakestream.silver import silver_source
 from runtime.checkpoint_markers import DATA, END_OF_INPUT, PRECOMMIT, Marker
-from runtime.worker.bundles import skip_sampler_waits
 from runtime.worker.collector import tune_for_batches
-from sinks.flink.delta_sink import DeltaSinkSpec, TableWriters
+from sinks.flink.delta_sink import DeltaSinkSpec, TableWriterFunction, TableWriters
 from sinks.flink.global_commit import committable_row
 from udfs.ingest_rows import NOT_LATE, ResolveBatch, from_epoch_millis, unpack_events
 
@@ -39,7 +32,7 @@ COUNTERS = ("events_late", "events_duplicate", "silver_changes")
 UTC = timezone.utc
 
 
-class ResolveBatches(ProcessFunction):  # type: ignore[misc]
+class ResolveBatches(TableWriterFunction):
     """De-duplicated parts in: late rows, one partial silver row per first sighting of an event."""
 
     def __init__(self, *, tables: Mapping[str, DeltaSinkSpec]) -> None:
@@ -54,19 +47,14 @@ class ResolveBatches(ProcessFunction):  # type: ignore[misc]
 
     def open(self, runtime_context: RuntimeContext) -> None:
         """Register the counters and writer gauges."""
-        skip_sampler_waits()
+        super().open(runtime_context)
         group = runtime_context.get_metrics_group().add_group("lakestream")
         # events_duplicate is the de-dup operator's Flink counter; here it only goes into silver's commits.
         self._late = group.counter("events_late")
         self._changes = group.counter("silver_changes")
         #: Counts since the last PRECOMMIT: this checkpoint's, staged with silver's work at PRECOMMIT.
         self._counts = dict.fromkeys(COUNTERS, 0)
-        self.tables.register_metrics(runtime_context)
         tune_for_batches()  # last: freezes what open() built
-
-    def close(self) -> None:
-        """Release the table writers (staged files stay for the next OPEN)."""
-        self.tables.close()
 
     def process_element(self, value: Any, ctx: ProcessFunction.Context) -> Iterator[Any]:
         """A checkpoint marker for the writers, or one re-batched set of parts to resolve."""

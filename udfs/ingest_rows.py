@@ -8,7 +8,7 @@ Free of Flink imports, so it is plain to test.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from operator import attrgetter
 from typing import Any, NamedTuple
 
@@ -25,9 +25,8 @@ from lakestream.standard import (
     StandardEvent,
     reject_event,
 )
+from lakestream.time import EPOCH
 
-UTC = timezone.utc
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MILLI = timedelta(milliseconds=1)
 _event_values = attrgetter(*EVENT_COLUMNS)
 

@@ -23,9 +23,8 @@ from lakestream.progress import kafka_key, watermark_key
 from lakestream.quality import QualityRules, classify
 from lakestream.standard import EVENT_COLUMNS, Rejected
 from runtime.checkpoint_markers import DATA, Marker
-from runtime.worker.bundles import skip_sampler_waits
 from runtime.worker.collector import tune_for_batches
-from sinks.flink.delta_sink import DeltaSinkSpec, TableWriters, rows_to_batch
+from sinks.flink.delta_sink import DeltaSinkSpec, TableWriterFunction, TableWriters, rows_to_batch
 from udfs.ingest_gold import GOLD_COLUMN_TYPES, gold_columns
 from udfs.ingest_rows import (
     HEADER,
@@ -71,7 +70,7 @@ BRONZE, REVIEW, QUARANTINE = "bronze", "review", "quarantine"
 REJECTED = "REJECTED"
 
 
-class StandardiseFunction(ProcessFunction):  # type: ignore[misc]
+class StandardiseFunction(TableWriterFunction):
     """Adapter by topic, then ``quality.classify``; never raises on a record (DESIGN.md section 5)."""
 
     def __init__(
@@ -111,8 +110,8 @@ class StandardiseFunction(ProcessFunction):  # type: ignore[misc]
         self.gold = gold
 
     def open(self, runtime_context: RuntimeContext) -> None:
-        """Resolve adapters once and register the quality counters."""
-        skip_sampler_waits()
+        """Resolve adapters once and register the quality counters and writer gauges."""
+        super().open(runtime_context)
         self._adapters = {topic: get_adapter(src) for topic, src in self.sources_by_topic.items()}
         group = runtime_context.get_metrics_group().add_group("lakestream")
         self._counters = {
@@ -125,12 +124,7 @@ class StandardiseFunction(ProcessFunction):  # type: ignore[misc]
         # Counted per batch and added to the Flink counters once: a counter ``inc`` goes through Beam's
         # metrics container lookup (about 1 us a call, some 5% of what standardising one record costs).
         self._counts = dict.fromkeys(self._counters, 0)
-        self.tables.register_metrics(runtime_context)
         tune_for_batches()  # last: freezes what open() built
-
-    def close(self) -> None:
-        """Release the table writers (staged files stay for the next OPEN)."""
-        self.tables.close()
 
     def process_element(self, value: Any, ctx: ProcessFunction.Context) -> Iterator[Any]:
         """A checkpoint marker for the table writers, or a batch of Kafka records to route."""

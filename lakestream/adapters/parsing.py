@@ -21,6 +21,7 @@ import orjson
 
 from lakestream.adapters.settings import DEFAULT_SETTINGS, AdapterSettings
 from lakestream.standard import Rejected, StandardEvent
+from lakestream.time import EPOCH
 
 try:  # the C accelerators behind ``json``; absent only on exotic Pythons, where the slow paths serve
     from _json import encode_basestring as _c_encode_basestring
@@ -33,7 +34,6 @@ CENT = Decimal("0.01")
 MILLI = Decimal("0.001")
 #: decimal128(18, 2) holds 16 integer digits.
 AMOUNT_LIMIT = Decimal(10) ** 16
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _NAIVE_EPOCH = datetime(1970, 1, 1)
 _MILLISECOND = timedelta(milliseconds=1)
 #: 9999-12-31T23:59:59.999Z: the last instant a ``datetime`` can hold.
@@ -342,7 +342,7 @@ def _fen_as_yuan_slow(name: str, value: Any) -> Decimal:
 def millis_to_utc(name: str, value: Any) -> datetime:
     """Epoch milliseconds (JSON integer, or a number with up to 3 decimals = microseconds) to UTC."""
     if type(value) is int and 0 <= value <= _MAX_EPOCH_MILLIS:  # the usual case, checks done
-        return _EPOCH + _MILLISECOND * value  # exact integer microseconds, no constructor call
+        return EPOCH + _MILLISECOND * value  # exact integer microseconds, no constructor call
     return _millis_to_utc_slow(name, value)
 
 
@@ -362,7 +362,7 @@ def _millis_to_utc_slow(name: str, value: Any) -> datetime:
         raise FieldError(name, f"expected epoch milliseconds, got {describe(value)}")
     if not 0 <= micros <= _MAX_EPOCH_MICROS:
         raise FieldError(name, f"epoch milliseconds {describe(value)} outside 1970-01-01..9999-12-31")
-    return _EPOCH + timedelta(0, 0, micros)  # positional: half the cost of ``microseconds=``
+    return EPOCH + timedelta(0, 0, micros)  # positional: half the cost of ``microseconds=``
 
 
 def parse_timestamp(name: str, text: str, *, naive_zone: tzinfo | None) -> datetime:
@@ -411,14 +411,14 @@ def _parse_timestamp_fast(stripped: str, naive_zone: tzinfo | None) -> datetime 
         return None
     try:
         if stripped[-1] == "Z":
-            return _EPOCH + (_fromisoformat(stripped[:-1]) - _NAIVE_EPOCH)
+            return EPOCH + (_fromisoformat(stripped[:-1]) - _NAIVE_EPOCH)
         local = _fromisoformat(stripped)
         if local.tzinfo is not None:  # a fixed offset from the text
-            return _EPOCH + (local - _EPOCH)
+            return EPOCH + (local - EPOCH)
         if type(naive_zone) is ZoneInfo:
             offset = naive_zone.utcoffset(local)
             if offset is not None:  # always, for a ZoneInfo
-                return _EPOCH + (local - _NAIVE_EPOCH - offset)
+                return EPOCH + (local - _NAIVE_EPOCH - offset)
     except (ValueError, OverflowError):
         pass
     return None

@@ -301,7 +301,26 @@ class TableWriters:
             writer.close()
 
 
-class DeltaSinkFunction(ProcessFunction):  # type: ignore[misc]
+class TableWriterFunction(ProcessFunction):  # type: ignore[misc]
+    """A Flink function that writes its Delta tables through ``self.tables`` (set by the subclass).
+
+    ``open`` registers the writers' metrics (the writers themselves are created on the OPEN marker: they
+    need the run id) and ``close`` releases them; their staged files stay for the next OPEN.
+    """
+
+    tables: TableWriters
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        """Register the writers' metrics."""
+        skip_sampler_waits()
+        self.tables.register_metrics(runtime_context)
+
+    def close(self) -> None:
+        """Release the writers (staged files stay for the next OPEN)."""
+        self.tables.close()
+
+
+class DeltaSinkFunction(TableWriterFunction):
     """A Python sink operator for one table: data rows and markers in, commit reports out.
 
     A ``lakestream.progress.Progress`` among the data rows is where the upstream source stands once
@@ -316,11 +335,6 @@ class DeltaSinkFunction(ProcessFunction):  # type: ignore[misc]
             )
         self.tables = TableWriters({"table": spec})
 
-    def open(self, runtime_context: RuntimeContext) -> None:
-        """Register metrics; the writer itself is created on the OPEN marker (it needs the run id)."""
-        skip_sampler_waits()
-        self.tables.register_metrics(runtime_context)
-
     def process_element(self, value: Any, ctx: ProcessFunction.Context) -> Iterator[str]:
         """Dispatch one data row (one record each: read by position, not decoded) or marker."""
         if value[KIND_FIELD] == DATA:
@@ -331,10 +345,6 @@ class DeltaSinkFunction(ProcessFunction):  # type: ignore[misc]
                 self.tables.add("table", payload)
         else:
             yield from self.tables.on_marker(value)
-
-    def close(self) -> None:
-        """Release the writer."""
-        self.tables.close()
 
 
 def sink_to_delta(

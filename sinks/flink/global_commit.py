@@ -1,14 +1,11 @@
 """The Flink face of the global committer: committables in, one Delta commit per checkpoint and table out.
 
-Writer subtasks of tables in global commit mode (``DeltaSinkSpec(commit="global")``) emit one
-``COMMITTABLE_TYPE`` row per prepared manifest (``committable_row``). ``commit_globally`` routes them
-through a ``CheckpointEpochOperator`` at parallelism 1 into ``GlobalCommitterFunction``, which drives one
-``sinks.global_committer.GlobalCommitter`` per table on the markers: DATA collects, COMMIT(n) commits
-everything <= n, END_OF_INPUT (all inputs ended) commits the rest. No state, no recovery: the writer
-subtasks' OPEN resolves what a crashed attempt left (DESIGN.md section 3). A table with a fold
-(``DeltaSinkSpec.fold``, merge-on-read silver) also gets its ``merge_on_read.fold_schedule.BackgroundFold``:
-told of every commit, and finished at END_OF_INPUT (DESIGN.md section 13). A second sink at parallelism 1
-(``SecondSink``, the ingest job's gold writer) can run in the committer's Python worker.
+Writer subtasks in global commit mode (``DeltaSinkSpec(commit="global")``) emit a ``COMMITTABLE_TYPE``
+row per prepared manifest; ``commit_globally`` routes them through a ``CheckpointEpochOperator`` at
+parallelism 1 into ``GlobalCommitterFunction``, which drives one ``sinks.global_committer.GlobalCommitter``
+per table on the markers (DESIGN.md section 3). A table with a fold also runs its background fold
+(section 13), and a second sink at parallelism 1 (``SecondSink``, ingest's gold writer) can share the
+committer's Python worker (section 11.6).
 """
 
 from __future__ import annotations

@@ -18,13 +18,14 @@ from deltalake import DeltaTable
 
 from lakestream.silver import SILVER_MERGE, SILVER_SCHEMA
 from sinks.committable import Committable
-from sinks.committer import COUNTERS_KEY, CommitHooks
+from sinks.committer import CommitHooks
 from sinks.global_committer import GlobalCommitter
 from sinks.sink_errors import CommittableMissingError, MarkerOrderError
 from sinks.staging import Manifest, StagingArea
 from sinks.table_spec import TableSpec
 from sinks.writer import EOI_CHECKPOINT_ID, TwoPhaseDeltaWriter
 from sinks.writer_metrics import CommitResult
+from storage.delta_log import COUNTERS_KEY
 from storage.retry_policy import RetryPolicy
 from tests.support.delta_tables import (
     SimulatedCrash,

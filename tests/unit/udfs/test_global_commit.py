@@ -20,7 +20,6 @@ from lakestream.silver import SILVER_MERGE, SILVER_SCHEMA
 from lakestream.standard import BRONZE_SCHEMA, LATE_SCHEMA, StandardEvent
 from runtime.checkpoint_markers import COMMIT, DATA, END_OF_INPUT, OPEN, PRECOMMIT
 from sinks.committable import Committable
-from sinks.committer import COUNTERS_KEY
 from sinks.flink.delta_sink import (
     COMMIT_GAUGES,
     STAGER_GAUGES,
@@ -30,6 +29,7 @@ from sinks.flink.delta_sink import (
 )
 from sinks.flink.global_commit import GlobalCommitterFunction
 from sinks.table_spec import TableSpec
+from storage.delta_log import COUNTERS_KEY
 from tests.support.delta_tables import staging_leftovers, table_version, txn_version
 from tests.support.metrics import MetricsContext
 from udfs.ingest_resolve import LATE, SILVER, ResolveBatches

@@ -1,6 +1,6 @@
 """The per-record fast paths compute exactly what the slow paths compute, on edge cases too.
 
-Each fast path in ``lakestream.adapters.parsing`` (and the written-out ``StandardEvent.__init__``, the
+Each fast path in ``lakestream.adapters.parsing`` (and ``StandardEvent``'s compiled ``_new_event``, the
 positional re-tag in ``classify``) claims to be the slow path minus work that cannot change the result.
 These tests hold them to it: same value, same type and representation (``Decimal`` exponent, ``tzinfo``
 object, ``fold``), or the same ``FieldError`` reason.
@@ -429,7 +429,7 @@ def test_the_canonical_encoder_is_built_once() -> None:
     assert sorted(ADAPTERS) == ["behaviour", "logistics", "orders_db", "payments"]
 
 
-# --- StandardEvent's written-out __init__ and classify's re-tag -----------------------------------------
+# --- StandardEvent's constructors and classify's re-tag -------------------------------------------------
 
 
 def test_standard_event_init_has_the_dataclass_signature() -> None:
