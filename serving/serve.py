@@ -147,7 +147,7 @@ class MetricsService:
 
 def page(cfg: Config) -> bytes:
     """The live page (``serving/serve_page.html``), with the refresh interval filled in."""
-    text = resources.files("flink_jobs").joinpath("serve_page.html").read_text(encoding="utf-8")
+    text = resources.files("serving").joinpath("serve_page.html").read_text(encoding="utf-8")
     return text.replace("__REFRESH_MS__", str(int(cfg.serve.refresh.total_seconds() * 1000))).encode()
 
 

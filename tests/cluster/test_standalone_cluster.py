@@ -15,7 +15,7 @@ from devtools.kafka_broker import create_topic
 
 pytestmark = pytest.mark.cluster
 
-ENTRY = str(Path(__file__).resolve().parents[2] / "flink_jobs" / "__main__.py")
+ENTRY = str(Path(__file__).resolve().parents[2] / "cli" / "__main__.py")
 
 
 @pytest.fixture(scope="module")
