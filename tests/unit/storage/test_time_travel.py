@@ -22,12 +22,21 @@ VERSIONS = 4
 def table(tmp_path: Path) -> tuple[str, list[int]]:
     """A table with versions 0..3 (one row each) and the commit time (epoch ms) of each."""
     uri = str(tmp_path / "t")
+    times: list[int] = []
     for n in range(VERSIONS):
         write_deltalake(uri, pa.table({"n": pa.array([n], pa.int64())}), mode="append")
-        time.sleep(0.01)  # distinct commit times
-    times = [commit_ms(uri, v) for v in range(VERSIONS)]
-    assert all(t is not None for t in times)
-    return uri, [t for t in times if t is not None]
+        committed = commit_ms(uri, n)
+        assert committed is not None
+        times.append(committed)
+        clock_past(committed)  # the next commit gets a later time
+    assert times == sorted(set(times))
+    return uri, times
+
+
+def clock_past(ms: int) -> None:
+    """Until the wall clock has passed ``ms`` (epoch ms)."""
+    while time.time() * 1000 <= ms:
+        time.sleep(0.001)
 
 
 def test_a_version_in_reach_and_the_latest(table: tuple[str, list[int]]) -> None:
@@ -73,7 +82,9 @@ def test_versions_removed_by_log_cleanup_are_out_of_reach(table: tuple[str, list
     DeltaTable(uri).alter.set_table_properties({"delta.logRetentionDuration": "interval 0 seconds"})
     dt = DeltaTable(uri)  # version 4: the property change
     dt.create_checkpoint()
-    time.sleep(0.01)
+    newest = commit_ms(uri, 4)
+    assert newest is not None
+    clock_past(newest)  # every commit is then older than the zero retention
     dt.cleanup_metadata()
     assert open_table_at(uri, 4, name="--as-of").version() == 4
     with pytest.raises(OutOfReachError, match="--as-of 2: cannot load .* versions go from the oldest"):
