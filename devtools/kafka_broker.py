@@ -3,7 +3,8 @@
 A child JVM rather than a container: the machines have Java but no Docker engine, and the Maven build
 already puts a Kafka 4 broker in ``jvm/target/lib/kafka``. :class:`LocalKafka` lives as long as the
 thread that started it; :func:`start_detached` keeps one in the background for ``lakestream kafka``.
-How both behave is written down in DESIGN.md (Local services).
+The process plumbing is ``devtools.local_service``'s, shared with the local S3 server. How both behave
+is written down in DESIGN.md (Local services).
 """
 
 from __future__ import annotations
@@ -11,19 +12,16 @@ from __future__ import annotations
 import base64
 import errno
 import fcntl
-import json
 import logging
 import subprocess
-import sys
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
-from devtools import processes
-from lakestream.errors import LakestreamError
+from devtools import local_service, processes
+from devtools.local_service import AlreadyRunningError, LocalServiceError, ServiceStartError
 from lakestream.paths import KAFKA_LIB_DIR, STATE_DIR, MissingBuildError
 from runtime.flink_env import JavaNotFoundError, require_java
 
@@ -56,48 +54,33 @@ HOST = processes.HOST
 _MAIN_CLASS = "kafka.Kafka"
 _STORAGE_TOOL = "kafka.tools.StorageTool"
 _NODE_ID = 1
-_LOG_TAIL_LINES = 40
 
 
 # --------------------------------------------------------------------------------------------- errors
 
 
-class KafkaBrokerError(LakestreamError, RuntimeError):
+class KafkaBrokerError(LocalServiceError):
     """Base class: anything that stops the local broker from starting, answering or stopping."""
-
-    names_command = False
 
 
 class KafkaJarsMissingError(KafkaBrokerError, MissingBuildError):
     """``jvm/target/lib/kafka`` is missing: the Maven build has not been run."""
 
 
-class PortInUseError(KafkaBrokerError):
+class PortInUseError(KafkaBrokerError, local_service.PortInUseError):
     """The explicitly requested broker port is taken by another process."""
-
-    def __init__(self, port: int) -> None:
-        super().__init__(
-            f"port {port} on {HOST} is already in use: stop whatever listens there "
-            f"(e.g. `ss -ltnp 'sport = :{port}'`), pass another port, or omit port to pick a free one"
-        )
-        self.port = port
 
 
 class DataDirInUseError(KafkaBrokerError):
     """Another broker already holds the data folder's lock."""
 
 
-class BrokerAlreadyRunningError(KafkaBrokerError):
+class BrokerAlreadyRunningError(KafkaBrokerError, AlreadyRunningError):
     """A detached broker is running with a different data folder or port than requested."""
 
 
-class BrokerStartError(KafkaBrokerError):
+class BrokerStartError(KafkaBrokerError, ServiceStartError):
     """The broker JVM exited or did not answer in time; carries the tail of its log."""
-
-    def __init__(self, message: str, *, log_file: Path, log_tail: str) -> None:
-        super().__init__(f"{message}\n--- last lines of {log_file} ---\n{log_tail}")
-        self.log_file = log_file
-        self.log_tail = log_tail
 
 
 # --------------------------------------------------------------------------------------------- status
@@ -260,8 +243,7 @@ class LocalKafka:
 
 # ------------------------------------------------------------------------------------ detached broker
 
-#: Popen objects of detached brokers started by this process, so stopping them reaps the child.
-_DETACHED_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+_STATE_KEYS = ("pid", "bootstrap_servers", "data_dir")
 
 
 def start_detached(
@@ -291,26 +273,25 @@ def start_detached(
             f"data {current.data_dir}); stop it first with `lakestream kafka stop`"
         )
     kafka = _launch(data_dir=layout.root, port=port, timeout=timeout, heap=heap, detached=True)
-    _DETACHED_CHILDREN[kafka.pid] = kafka._process
-    state_path.parent.mkdir(parents=True, exist_ok=True)
-    record = {
-        "pid": kafka.pid,
-        "bootstrap_servers": kafka.bootstrap_servers,
-        "port": kafka.port,
-        "controller_port": kafka.controller_port,
-        "data_dir": str(kafka.data_dir),
-        "log_file": str(kafka.log_file),
-        "started_at": time.time(),
-    }
-    tmp = state_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=2) + "\n")
-    tmp.replace(state_path)
+    local_service.remember_detached(kafka._process)
+    local_service.write_state(
+        state_path,
+        {
+            "pid": kafka.pid,
+            "bootstrap_servers": kafka.bootstrap_servers,
+            "port": kafka.port,
+            "controller_port": kafka.controller_port,
+            "data_dir": str(kafka.data_dir),
+            "log_file": str(kafka.log_file),
+            "started_at": time.time(),
+        },
+    )
     return kafka.status(probe=False)
 
 
 def status_detached(*, state_file: Path | None = None, probe: bool = True) -> BrokerStatus:
     """Report on the broker recorded in ``state_file``; a stale record counts as not running."""
-    record = _read_state(state_file or DEFAULT_STATE_FILE)
+    record = local_service.read_state(state_file or DEFAULT_STATE_FILE, _STATE_KEYS, what="broker")
     if record is None:
         return BrokerStatus(running=False)
     pid = int(record["pid"])
@@ -337,23 +318,9 @@ def stop_detached(*, timeout: float = 30, state_file: Path | None = None) -> Bro
     state_path = state_file or DEFAULT_STATE_FILE
     before = status_detached(state_file=state_path, probe=False)
     if before.running and before.pid is not None:
-        _stop_broker(before.pid, timeout=timeout, popen=_DETACHED_CHILDREN.pop(before.pid, None))
+        _stop_broker(before.pid, timeout=timeout, popen=local_service.forget_detached(before.pid))
     state_path.unlink(missing_ok=True)
     return before
-
-
-def _read_state(path: Path) -> dict[str, Any] | None:
-    try:
-        record = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        log.warning("ignoring unreadable broker state file %s: %s", path, exc)
-        return None
-    if not isinstance(record, dict) or not {"pid", "bootstrap_servers", "data_dir"} <= record.keys():
-        log.warning("ignoring broker state file %s without pid/bootstrap_servers/data_dir", path)
-        return None
-    return record
 
 
 # ----------------------------------------------------------------------------------------- topics
@@ -408,10 +375,7 @@ def _launch(
     if port is not None and processes.port_in_use(port):
         raise PortInUseError(port)
 
-    # A free port found here can be taken before the JVM binds it; retry only when we chose it.
-    attempts = 1 if port is not None else 3
-    for attempt in range(1, attempts + 1):
-        broker_port = port if port is not None else processes.free_port()
+    def attempt(broker_port: int) -> LocalKafka:
         controller_port = processes.free_port(exclude={broker_port})
         _write_config(layout, broker_port, controller_port)
         _format_storage(java, classpath, layout)
@@ -419,18 +383,14 @@ def _launch(
         kafka = LocalKafka(process=process, port=broker_port, controller_port=controller_port, layout=layout)
         try:
             _wait_ready(kafka, timeout=timeout)
-        except BrokerStartError as exc:
-            kafka.stop(timeout=10)
-            if attempt < attempts and "Address already in use" in exc.log_tail:
-                log.info("broker port raced with another process, retrying with new ports")
-                continue
-            raise
         except BaseException:
             kafka.stop(timeout=10)
             raise
-        log.info("kafka broker pid %d answering at %s", kafka.pid, kafka.bootstrap_servers)
         return kafka
-    raise AssertionError("unreachable: the last attempt either returns or raises")
+
+    kafka = local_service.start_on_port(port, attempt)
+    log.info("kafka broker pid %d answering at %s", kafka.pid, kafka.bootstrap_servers)
+    return kafka
 
 
 def _kafka_classpath() -> str:
@@ -551,7 +511,7 @@ def _format_storage(java: str, classpath: str, layout: _Layout) -> None:
             f"formatting the KRaft storage in {layout.kraft_dir} failed (exit {result.returncode}); "
             "delete that folder if it holds a broken half-formatted state",
             log_file=layout.log_file,
-            log_tail=_tail_text(result.stdout + result.stderr),
+            log_tail=local_service.tail_text(result.stdout + result.stderr),
         )
 
 
@@ -574,45 +534,29 @@ def _spawn(
         _MAIN_CLASS,
         str(layout.server_properties),
     ]
-    with layout.stdout_file.open("ab") as out:
-        out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(command)}\n".encode())
-        out.flush()
-        return subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=layout.root,
-            # Own session: a Ctrl-C in the terminal reaches the CLI, not the broker it manages.
-            start_new_session=True,
-            preexec_fn=None if detached else processes.parent_death_signal(),
-        )
+    return local_service.spawn_jvm(command, cwd=layout.root, output=layout.stdout_file, detached=detached)
 
 
 def _wait_ready(kafka: LocalKafka, *, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
     layout = kafka._layout
-    while True:
-        if not kafka.running:
-            raise BrokerStartError(
-                f"the Kafka broker exited with code {kafka._process.returncode} while starting "
-                f"(port {kafka.port}, data {layout.root})",
-                log_file=layout.log_file,
-                log_tail=_log_tail(layout),
-            )
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise BrokerStartError(
-                f"the Kafka broker did not answer at {kafka.bootstrap_servers} within {timeout:.0f}s; "
-                "raise timeout= on a slow machine or read the log below",
-                log_file=layout.log_file,
-                log_tail=_log_tail(layout),
-            )
-        if processes.accepts_connections(kafka.port) and _responds(
+
+    def probe(remaining: float) -> bool:
+        return processes.accepts_connections(kafka.port) and _responds(
             kafka.bootstrap_servers, timeout=min(10.0, max(remaining, 1.0))
-        ):
-            return
-        time.sleep(0.2)
+        )
+
+    def fail(message: str) -> BrokerStartError:
+        return BrokerStartError(message, log_file=layout.log_file, log_tail=_log_tail(layout))
+
+    local_service.wait_ready(
+        kafka._process,
+        probe,
+        timeout=timeout,
+        name="the Kafka broker",
+        address=kafka.bootstrap_servers,
+        where=f"port {kafka.port}, data {layout.root}",
+        fail=fail,
+    )
 
 
 def _responds(bootstrap_servers: str, *, timeout: float) -> bool:
@@ -648,46 +592,16 @@ def _responds(bootstrap_servers: str, *, timeout: float) -> bool:
 
 
 def _stop_broker(pid: int, *, timeout: float, popen: subprocess.Popen[bytes] | None) -> int | None:
-    """``processes.terminate`` for the broker JVM; one that survives SIGKILL is a KafkaBrokerError."""
-    try:
-        return processes.terminate(pid, timeout=timeout, popen=popen, name="kafka broker")
-    except OSError as exc:
-        raise KafkaBrokerError(str(exc)) from exc
+    """Stop the broker JVM; one that survives SIGKILL is a KafkaBrokerError."""
+    return local_service.stop_process(
+        pid, timeout=timeout, popen=popen, name="kafka broker", error=KafkaBrokerError
+    )
 
 
 def _is_our_broker(pid: int, layout: _Layout) -> bool:
     """Guard against pid reuse: only a live JVM running kafka.Kafka on this data folder counts."""
-    popen = _DETACHED_CHILDREN.get(pid)
-    if not processes.alive(pid, popen):
-        return False
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return not sys.platform.startswith("linux")  # no /proc: trust the pid file
-    args = [arg.decode(errors="replace") for arg in argv]
-    return _MAIN_CLASS in args and str(layout.server_properties) in args
-
-
-# ---------------------------------------------------------------------------------------------- logs
+    return local_service.is_our_jvm(pid, (_MAIN_CLASS, str(layout.server_properties)))
 
 
 def _log_tail(layout: _Layout) -> str:
-    parts = []
-    for path in (layout.log_file, layout.stdout_file):
-        text = _tail_text(_read_end(path))
-        if text.strip():
-            parts.append(f"[{path.name}]\n{text}")
-    return "\n".join(parts) or "(no broker output)"
-
-
-def _read_end(path: Path, max_bytes: int = 64 * 1024) -> str:
-    try:
-        with path.open("rb") as handle:
-            handle.seek(max(0, path.stat().st_size - max_bytes))
-            return handle.read().decode(errors="replace")
-    except FileNotFoundError:
-        return ""
-
-
-def _tail_text(text: str, lines: int = _LOG_TAIL_LINES) -> str:
-    return "\n".join(text.rstrip().splitlines()[-lines:])
+    return local_service.log_tail((layout.log_file, layout.stdout_file), empty="(no broker output)")
