@@ -66,7 +66,7 @@ $(STAMPS)/venv: pyproject.toml requirements-lock.txt
 
 jvm: jvm/target/lakestream-jvm.jar
 
-jvm/target/lakestream-jvm.jar: jvm/pom.xml $(JAVA_SOURCES)
+jvm/target/lakestream-jvm.jar: jvm/pom.xml jvm/s3proxy/pom.xml $(JAVA_SOURCES)
 	mvn -q -B -f jvm/pom.xml package -DskipTests
 	@touch $@
 
@@ -95,4 +95,5 @@ profile: bootstrap
 
 clean:
 	-$(VPY) -m cli kafka stop
+	-$(VPY) -m cli s3 stop
 	rm -rf .lakestream lakehouse jvm/target

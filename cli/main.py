@@ -1,4 +1,4 @@
-"""``lakestream`` command line: run jobs (MiniCluster or ``flink run -py``), manage the local broker.
+"""``lakestream`` command line: run jobs (MiniCluster or ``flink run -py``), manage the local services.
 
 Each sub-command validates the whole configuration before it starts anything, so a typo fails in a
 second with the key and the fix rather than inside a Flink worker.
@@ -19,6 +19,7 @@ from cli import (
     cmd_land,
     cmd_maintain,
     cmd_query,
+    cmd_s3,
     cmd_serve,
     cmd_tables,
 )
@@ -32,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_flags(parser, "config")
     sub = parser.add_subparsers(dest="command", required=True)
     cmd_kafka.register(sub)
+    cmd_s3.register(sub)
     cmd_land.register(sub)
     cmd_ingest.register(sub)
     cmd_changefeed.register(sub)

@@ -20,7 +20,9 @@ LAKESTREAM_JAR: Path = JVM_TARGET / "lakestream-jvm.jar"
 FLINK_LIB_DIR: Path = JVM_TARGET / "lib" / "flink"
 #: A Kafka broker and its runtime dependencies, for the local single-node KRaft broker.
 KAFKA_LIB_DIR: Path = JVM_TARGET / "lib" / "kafka"
-#: Runtime state of the local services (broker data, cluster logs, pid files).
+#: S3Proxy and its runtime dependencies, for the local S3-compatible server (``jvm/s3proxy/pom.xml``).
+S3PROXY_LIB_DIR: Path = JVM_TARGET / "lib" / "s3proxy"
+#: Runtime state of the local services (broker and S3 data, cluster logs, pid and state files).
 STATE_DIR: Path = Path(os.environ.get("LAKESTREAM_STATE_DIR", PROJECT_ROOT / ".lakestream"))
 #: Caches shared by every project and run of this user (the local JVM's class-data archives):
 #: ``$XDG_CACHE_HOME/lakestream``, else ``~/.cache/lakestream``.

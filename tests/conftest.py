@@ -1,15 +1,20 @@
-"""Shared fixtures: one real local Kafka broker per test session, isolated lakehouse folders."""
+"""Shared fixtures: one real local Kafka broker and one local S3 server per test session, isolated
+lakehouse folders."""
 
 from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import settings
 
 from tests.support.cli import run_cli
+
+if TYPE_CHECKING:
+    from devtools.s3_server import LocalS3
 
 # No per-example deadline: the property tests check results, not timings, and the 2-core machines they
 # run on are often loaded (an example that took 20 ms once took 860 ms under a parallel build).
@@ -24,6 +29,18 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
     with LocalKafka.start(data_dir=tmp_path_factory.mktemp("kafka")) as broker:
         yield broker.bootstrap_servers
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalS3]:
+    """A real local S3-compatible server (S3Proxy) on loopback, for the whole session.
+
+    Tests make their own buckets (``s3.create_bucket``) and pass ``s3.storage_options()`` to delta-rs.
+    """
+    from devtools.s3_server import LocalS3
+
+    with LocalS3.start(data_dir=tmp_path_factory.mktemp("s3")) as server:
+        yield server
 
 
 @pytest.fixture

@@ -35,10 +35,12 @@ LAYERS["demo"] = LAYERS["flink_jobs"] | {"flink_jobs"}
 LAYERS["cli"] = LAYERS["demo"] | {"demo"}
 
 #: The product's only uses of the dev tools: the local broker behind ``kafka.bootstrap_servers =
-#: "embedded"`` and ``lakestream kafka``, and the demo's broker and sample events.
+#: "embedded"`` and ``lakestream kafka``, the local S3 server behind ``lakestream s3``, and the demo's
+#: broker and sample events.
 DEVTOOLS_USERS = {
     "flink_jobs.lifecycle",
     "cli.cmd_kafka",
+    "cli.cmd_s3",
     "demo.run_demo",
     "demo.event_feed",
     "demo.job_process",

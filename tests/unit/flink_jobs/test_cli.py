@@ -15,7 +15,7 @@ import cli.main as cli
 import flink_jobs.lifecycle as lifecycle
 from cli import cmd_ingest
 from cli.common import SHARED_FLAGS
-from devtools import kafka_broker
+from devtools import kafka_broker, s3_server
 from flink_jobs.lifecycle import JobFailedError
 from lakestream.config import ConfigError
 from lakestream.paths import MissingBuildError
@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[3]
 #: The least each sub-command needs to parse.
 REQUIRED = {
     "kafka": ["status"],
+    "s3": ["status"],
     "land": ["--topic", "t", "--table", "raw/t"],
     "ingest": [],
     "changefeed": ["--table", "silver/orders", "--to", "delta:audit/orders"],
@@ -42,6 +43,7 @@ REQUIRED = {
 #: Which shared flags each sub-command takes (--config: all of them).
 TAKES = {
     "kafka": set(),
+    "s3": set(),
     "land": {"lakehouse", "bootstrap_servers", "bounded", "fresh", "job_name"},
     "ingest": {"lakehouse", "bootstrap_servers", "bounded", "fresh"},
     "changefeed": {"lakehouse", "bootstrap_servers", "fresh", "job_name"},
@@ -381,3 +383,42 @@ def test_kafka_status_exit_code(monkeypatch: pytest.MonkeyPatch, capsys: pytest.
     status = SimpleNamespace(running=True, describe=lambda: "kafka: running")
     monkeypatch.setattr(kafka_broker, "status_detached", lambda: status)
     assert cli.main(["kafka", "status"]) == 0
+
+
+def test_s3_status_exit_code_and_no_secret_in_the_output(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(s3_server, "status_detached", lambda: s3_server.S3Status(running=False))
+    assert cli.main(["s3", "status"]) == 1
+    assert capsys.readouterr().out.strip() == "s3: not running"
+
+    running = s3_server.S3Status(
+        running=True,
+        pid=42,
+        endpoint=s3_server.S3Endpoint("http://127.0.0.1:4567", "AKEXAMPLE", "the-secret-key"),
+        data_dir=Path("/data/s3"),
+        log_file=Path("/data/s3/s3proxy.log"),
+        state_file=Path("/state/s3.json"),
+        responding=True,
+        buckets=("lakestream",),
+    )
+    monkeypatch.setattr(s3_server, "status_detached", lambda: running)
+    assert cli.main(["s3", "status"]) == 0
+    out = capsys.readouterr().out
+    assert "the-secret-key" not in out
+    assert "s3: running (pid 42) at http://127.0.0.1:4567, answering" in out
+    assert "s3://lakestream/" in out and "AKEXAMPLE" in out and "/state/s3.json" in out
+    assert "AWS_CONDITIONAL_PUT=etag" in out and "AWS_S3_ALLOW_UNSAFE_RENAME" not in out
+
+    started: dict[str, object] = {}
+
+    def start(**kwargs: object) -> s3_server.S3Status:
+        started.update(kwargs)
+        return running
+
+    monkeypatch.setattr(s3_server, "start_detached", start)
+    assert cli.main(["s3", "start"]) == 0
+    assert started == {"port": None, "buckets": ["lakestream"]}
+    assert cli.main(["s3", "start", "--port", "4567", "--bucket", "a-b", "--bucket", "c-d"]) == 0
+    assert started == {"port": 4567, "buckets": ["a-b", "c-d"]}
+    assert "the-secret-key" not in capsys.readouterr().out

@@ -10,6 +10,7 @@ import pytest
 
 from batch.backfill import RangeError, StagingCheckError
 from devtools.kafka_broker import KafkaBrokerError, KafkaJarsMissingError
+from devtools.s3_server import S3JarsMissingError, S3RequestError, S3ServerError
 from flink_jobs.lifecycle import JobFailedError
 from lakestream.adapters import UnknownAdapterError
 from lakestream.config import ConfigError
@@ -93,6 +94,9 @@ def test_a_class_without_the_root_is_found() -> None:
         (MissingBuildError("run make jvm"), 2, "lakestream: run make jvm"),
         (KafkaBrokerError("broker down"), 2, "lakestream: broker down"),
         (KafkaJarsMissingError("run make jvm"), 2, "lakestream: run make jvm"),
+        (S3ServerError("server down"), 2, "lakestream: server down"),
+        (S3JarsMissingError("run make jvm"), 2, "lakestream: run make jvm"),
+        (S3RequestError("SIGNATURE_DOES_NOT_MATCH"), 2, "lakestream: SIGNATURE_DOES_NOT_MATCH"),
         (DeltaSourceError("not a Delta table"), 2, "lakestream ingest: not a Delta table"),
         (StartingPointError("version 9 is past the end"), 2, "lakestream ingest: version 9 is past the end"),
         (UnsupportedTableError("deletion vectors"), 2, "lakestream ingest: deletion vectors"),
@@ -143,6 +147,7 @@ def test_the_secondary_bases_stay_for_their_catchers() -> None:
     assert issubclass(UnknownAdapterError, KeyError)
     assert issubclass(SourceOptionsError, ValueError) and issubclass(PredicateError, ValueError)
     assert issubclass(MaintenanceError, RuntimeError) and issubclass(KafkaJarsMissingError, MissingBuildError)
+    assert issubclass(S3JarsMissingError, MissingBuildError)
     assert issubclass(StartingPointError, DeltaReadError) and issubclass(
         UnsupportedTableError, DeltaReadError
     )
