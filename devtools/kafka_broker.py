@@ -18,7 +18,6 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 from devtools import local_service, processes
 from devtools.local_service import AlreadyRunningError, LocalServiceError, ServiceStartError
@@ -112,10 +111,10 @@ class BrokerStatus:
 
 
 @dataclass(frozen=True)
-class _Layout:
+class _Layout(local_service.ServiceLayout):
     """Files of one broker data folder, so every entry point agrees on where things live."""
 
-    root: Path
+    name: str = "broker"
 
     @property
     def kraft_dir(self) -> Path:
@@ -129,16 +128,8 @@ class _Layout:
     def log4j_properties(self) -> Path:
         return self.root / "log4j2.properties"
 
-    @property
-    def log_file(self) -> Path:
-        return self.root / "broker.log"
 
-    @property
-    def stdout_file(self) -> Path:
-        return self.root / "broker.out"
-
-
-class LocalKafka:
+class LocalKafka(local_service.RunningService[_Layout]):
     """A running local broker started by this process; stop it, or use it as a context manager."""
 
     def __init__(
@@ -150,10 +141,8 @@ class LocalKafka:
         layout: _Layout,
     ) -> None:
         """Wrap a spawned broker process; use :meth:`start`, which also waits until it answers."""
-        self._process = process
-        self._port = port
+        super().__init__(process=process, port=port, layout=layout)
         self._controller_port = controller_port
-        self._layout = layout
 
     @classmethod
     def start(
@@ -181,34 +170,9 @@ class LocalKafka:
         return f"{HOST}:{self._port}"
 
     @property
-    def port(self) -> int:
-        """The client (PLAINTEXT) port."""
-        return self._port
-
-    @property
     def controller_port(self) -> int:
         """The KRaft controller port (clients never need it)."""
         return self._controller_port
-
-    @property
-    def pid(self) -> int:
-        """Process id of the broker JVM."""
-        return self._process.pid
-
-    @property
-    def data_dir(self) -> Path:
-        """The folder holding the broker's config, KRaft data and logs."""
-        return self._layout.root
-
-    @property
-    def log_file(self) -> Path:
-        """The broker's log4j2 log file, the first place to look when something is off."""
-        return self._layout.log_file
-
-    @property
-    def running(self) -> bool:
-        """Whether the broker JVM is still alive."""
-        return self._process.poll() is None
 
     def status(self, *, probe: bool = True) -> BrokerStatus:
         """Report liveness, and with ``probe`` whether the broker answers a metadata request."""
@@ -225,17 +189,6 @@ class LocalKafka:
     def stop(self, timeout: float = 30) -> int | None:
         """Shut down cleanly (SIGTERM), SIGKILL after ``timeout`` seconds; returns the exit code."""
         return _stop_broker(self._process.pid, timeout=timeout, popen=self._process)
-
-    def __enter__(self) -> LocalKafka:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         return f"LocalKafka(pid={self.pid}, bootstrap_servers={self.bootstrap_servers!r})"

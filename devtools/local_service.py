@@ -17,8 +17,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from types import TracebackType
+from typing import Any, Generic, TypeVar
 
 from devtools import processes
 from lakestream.errors import LakestreamError
@@ -84,6 +86,80 @@ class AlreadyRunningError(LocalServiceError):
 
 
 # ---------------------------------------------------------------------------------------- state files
+
+
+@dataclass(frozen=True)
+class ServiceLayout:
+    """The data folder of one local service and the two files every service writes there: its own log
+    (``<name>.log``) and its console output (``<name>.out``). Each service adds its own files."""
+
+    root: Path
+    name: str
+
+    @property
+    def log_file(self) -> Path:
+        """The service's own log."""
+        return self.root / f"{self.name}.log"
+
+    @property
+    def stdout_file(self) -> Path:
+        """What the service's JVM writes to stdout and stderr."""
+        return self.root / f"{self.name}.out"
+
+
+_L = TypeVar("_L", bound=ServiceLayout)
+_S = TypeVar("_S", bound="RunningService[Any]")
+
+
+class RunningService(Generic[_L]):
+    """A local service's JVM started by this process, in its data folder: stop it, or use it as a
+    context manager. Each service says how it stops and what else it knows about itself."""
+
+    def __init__(self, *, process: subprocess.Popen[bytes], port: int, layout: _L) -> None:
+        """Wrap a spawned service process; each service's ``start`` also waits until it answers."""
+        self._process = process
+        self._port = port
+        self._layout = layout
+
+    @property
+    def port(self) -> int:
+        """The port its clients use."""
+        return self._port
+
+    @property
+    def pid(self) -> int:
+        """Process id of the service's JVM."""
+        return self._process.pid
+
+    @property
+    def data_dir(self) -> Path:
+        """The folder holding the service's data, configuration and log."""
+        return self._layout.root
+
+    @property
+    def log_file(self) -> Path:
+        """The service's log, the first place to look when something is off."""
+        return self._layout.log_file
+
+    @property
+    def running(self) -> bool:
+        """Whether the service's JVM is still alive."""
+        return self._process.poll() is None
+
+    def stop(self, timeout: float = 30) -> int | None:
+        """Shut the service down; its exit code."""
+        raise NotImplementedError
+
+    def __enter__(self: _S) -> _S:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
 
 
 def write_state(path: Path, record: Mapping[str, Any]) -> None:

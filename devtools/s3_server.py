@@ -22,7 +22,6 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from xml.sax.saxutils import escape
 
 import pyarrow.fs as pafs
@@ -249,10 +248,10 @@ class S3Status:
 
 
 @dataclass(frozen=True)
-class _Layout:
+class _Layout(local_service.ServiceLayout):
     """Files of one server data folder, so every entry point agrees on where things live."""
 
-    root: Path
+    name: str = "s3proxy"
 
     @property
     def buckets_dir(self) -> Path:
@@ -268,26 +267,16 @@ class _Layout:
     def logback_xml(self) -> Path:
         return self.root / "logback.xml"
 
-    @property
-    def log_file(self) -> Path:
-        return self.root / "s3proxy.log"
 
-    @property
-    def stdout_file(self) -> Path:
-        return self.root / "s3proxy.out"
-
-
-class LocalS3:
+class LocalS3(local_service.RunningService[_Layout]):
     """A running local S3 server started by this process; stop it, or use it as a context manager."""
 
     def __init__(
         self, *, process: subprocess.Popen[bytes], port: int, endpoint: S3Endpoint, layout: _Layout
     ) -> None:
         """Wrap a spawned server process; use :meth:`start`, which also waits until it answers."""
-        self._process = process
-        self._port = port
+        super().__init__(process=process, port=port, layout=layout)
         self._endpoint = endpoint
-        self._layout = layout
 
     @classmethod
     def start(
@@ -338,34 +327,9 @@ class LocalS3:
         return self._endpoint.url
 
     @property
-    def port(self) -> int:
-        """The HTTP port."""
-        return self._port
-
-    @property
-    def pid(self) -> int:
-        """Process id of the server JVM."""
-        return self._process.pid
-
-    @property
-    def data_dir(self) -> Path:
-        """The folder holding the server's buckets, configuration and log."""
-        return self._layout.root
-
-    @property
     def buckets_dir(self) -> Path:
         """Where the objects are, one folder per bucket (for tests that look behind the API)."""
         return self._layout.buckets_dir
-
-    @property
-    def log_file(self) -> Path:
-        """The server's log, the first place to look when something is off."""
-        return self._layout.log_file
-
-    @property
-    def running(self) -> bool:
-        """Whether the server JVM is still alive."""
-        return self._process.poll() is None
 
     def storage_options(self) -> dict[str, str]:
         """delta-rs / object_store options for this server (see :meth:`S3Endpoint.storage_options`)."""
@@ -392,17 +356,6 @@ class LocalS3:
     def stop(self, timeout: float = 30) -> int | None:
         """Shut down (SIGTERM: S3Proxy drains its requests), SIGKILL after ``timeout`` s; the exit code."""
         return _stop_server(self._process.pid, timeout=timeout, popen=self._process)
-
-    def __enter__(self) -> LocalS3:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         return f"LocalS3(pid={self.pid}, url={self.url!r})"
