@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from lakestream.config import CONFIG_FLAG, Config, load_config
+from storage.object_store import export_settings
 
 if TYPE_CHECKING:  # pragma: no cover
     SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -90,4 +91,5 @@ def load(args: argparse.Namespace) -> Config:
         cfg = cfg.replace("lakehouse", root=args.lakehouse)
     if getattr(args, "bootstrap_servers", None):
         cfg = cfg.replace("kafka", bootstrap_servers=args.bootstrap_servers)
+    export_settings(cfg.storage)
     return cfg

@@ -26,6 +26,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from lakestream.config import CONFIG_FLAG, load_config
     from lakestream.errors import exit_status
     from runtime.cluster_slots import execute_job
+    from storage.object_store import export_settings
 
     parser = argparse.ArgumentParser(prog="demo_job", description=__doc__)
     option_strings, options = CONFIG_FLAG
@@ -34,6 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         cfg = load_config(args.config)
+        export_settings(cfg.storage)
         env = build_ingest_job(
             cfg,
             bootstrap_servers=cfg.kafka.bootstrap_servers,

@@ -339,12 +339,14 @@ def settle(specs: Iterable[Any], lineage: Lineage, checkpoint: Path) -> None:
 
 def staged_run_ids(specs: Iterable[Any]) -> set[str]:
     """The run ids of the work staged (not committed) in the tables of ``specs``."""
-    from sinks.staging import StagingArea, local_table_root
+    from sinks.staging import StagingArea
 
     return {
         m.run_id
         for spec in specs
-        for m in StagingArea(local_table_root(spec.table.table_uri), spec.app_prefix).list_all()
+        for m in StagingArea.of_table(
+            spec.table.table_uri, spec.app_prefix, spec.table.storage_options
+        ).list_all()
     }
 
 

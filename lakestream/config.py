@@ -485,6 +485,40 @@ class ServeConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class StorageConfig:
+    """How to reach the object store of an ``s3://`` lakehouse or checkpoint folder.
+
+    Only where the store is and how to talk to it; credentials come from the standard AWS variables
+    (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_PROFILE``) or the
+    host's role, so no secret is ever part of the configuration (DESIGN.md section 15). Empty keys leave
+    the matching AWS variable, or the SDK default, in charge.
+    """
+
+    #: e.g. "http://127.0.0.1:9000" for a local server; empty: AWS_ENDPOINT_URL or AWS itself.
+    endpoint: str = ""
+    #: empty: AWS_REGION, else us-east-1.
+    region: str = ""
+    #: Path-style requests (``endpoint/bucket/key``), which most S3-compatible servers need.
+    path_style: bool = False
+    #: Plain http to the endpoint (a local server); off: https only.
+    allow_http: bool = False
+
+    def __post_init__(self) -> None:
+        """An endpoint without a scheme or with the wrong one only fails at the first request; say so now."""
+        endpoint = self.endpoint.strip()
+        if endpoint and not endpoint.startswith(("http://", "https://")):
+            raise ConfigError(
+                f'storage.endpoint: must start with http:// or https://, got {self.endpoint!r} '
+                '(e.g. "http://127.0.0.1:9000")'
+            )
+        if endpoint.startswith("http://") and not self.allow_http:
+            raise ConfigError(
+                f"storage.endpoint: {self.endpoint!r} is plain http; set storage.allow_http = true for a "
+                "local server, or use https"
+            )
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     """The whole configuration; build it with :func:`load_config`."""
 
@@ -498,6 +532,7 @@ class Config:
     gold: GoldConfig = field(default_factory=GoldConfig)
     reconcile: ReconcileConfig = field(default_factory=ReconcileConfig)
     serve: ServeConfig = field(default_factory=ServeConfig)
+    storage: StorageConfig = field(default_factory=StorageConfig)
 
     def replace(self, section: str, **values: Any) -> Config:
         """A copy with some keys of one section changed (validated like the file)."""
@@ -517,6 +552,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "gold": GoldConfig,
     "reconcile": ReconcileConfig,
     "serve": ServeConfig,
+    "storage": StorageConfig,
 }
 
 

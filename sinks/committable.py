@@ -35,14 +35,13 @@ class Committable(NamedTuple):
         """The committable of a prepared ``manifest`` staged in ``staging``."""
         if manifest.state != "prepared":
             raise ValueError(f"only a prepared manifest is a committable, got a {manifest.state} one")
-        path = staging.manifest_path(manifest.run_id, manifest.subtask, manifest.checkpoint_id)
         return cls(
             table_uri=table_uri,
             app_prefix=manifest.app_prefix,
             run_id=manifest.run_id,
             subtask=manifest.subtask,
             checkpoint_id=manifest.checkpoint_id,
-            manifest_path=staging.relative(path),
+            manifest_path=staging.manifest_path(manifest.run_id, manifest.subtask, manifest.checkpoint_id),
         )
 
     @property

@@ -11,13 +11,11 @@ commit alike. Protocol: DESIGN.md section 3; progress: section 9; changes mode: 
 from __future__ import annotations
 
 import logging
-import os
 import random
 import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, NoReturn
 
 import numpy as np
@@ -93,7 +91,7 @@ class DeltaCommitter:
         self.log_name = log_name or staging.app_prefix
         self._table = table
         self._staging = staging
-        self._root = staging.table_root
+        self._files = staging.files
         self._rng = random.Random()
         #: Newest event time the table holds (freshness_column), "" for none; None until first read.
         self._newest_event: str | None = None
@@ -240,7 +238,7 @@ class DeltaCommitter:
     def _folded_source(self, manifests: list[Manifest]) -> pa.Table:
         """The manifests' staged rows as one row per key, folded in (checkpoint, subtask) order."""
         ordered = sorted(manifests, key=lambda m: (m.checkpoint_id, m.subtask))
-        parts = [_read_merge_source(self._root / f.path, self.spec.schema) for m in ordered for f in m.files]
+        parts = [self._read_merge_source(f.path) for m in ordered for f in m.files]
         # Each staged file is already reduced; only several of them (a commit that catches up on
         # earlier checkpoints, or adopts another slot's) can hold a key twice.
         return parts[0] if len(parts) == 1 else self.spec.pre_reduce(pa.concat_tables(parts))
@@ -283,17 +281,15 @@ class DeltaCommitter:
             pa.field(seq_col, pa.int64()), pa.array(np.full(source.num_rows, seq, np.int64))
         )
         name = f"part-00000-{uuid.uuid4().hex}-s{seq}.snappy.parquet"
-        path = self._root / name
-        with open(path, "wb") as fh:
+        with self._files.output(name) as fh:
             pq.write_table(rows, fh, **pyarrow_options(rows.schema.names))
-            fh.flush()
-            os.fsync(fh.fileno())
-        st = path.stat()
+        info = self._files.info(name)
+        assert info is not None, name
         action = AddAction(
             path=name,
-            size=st.st_size,
+            size=info.size,
             partition_values={},
-            modification_time=int(st.st_mtime * 1000),
+            modification_time=info.modified_ms,
             data_change=True,
             stats=file_stats(rows),
         )
@@ -302,7 +298,7 @@ class DeltaCommitter:
                 [action], mode="append", schema=self.spec.table_schema, commit_properties=props
             )
         except BaseException:
-            path.unlink(missing_ok=True)
+            self._files.delete(name)
             raise
         return 1
 
@@ -333,10 +329,17 @@ class DeltaCommitter:
     def _check_staged_files(self, manifests: list[Manifest]) -> None:
         for m in manifests:
             for f in m.files:
-                if not (self._root / f.path).is_file():
+                if self._files.info(f.path) is None:
                     raise StagedFileMissingError(
-                        path=str(self._root / f.path), app_id=m.app_id, checkpoint_id=m.checkpoint_id
+                        path=f"{self._files.uri}/{f.path}", app_id=m.app_id, checkpoint_id=m.checkpoint_id
                     )
+
+    def _read_merge_source(self, path: str) -> pa.Table:
+        """A staged MERGE source: Arrow IPC, or Parquet when staged by a version before IPC staging."""
+        with self._files.open_input(path) as fh:
+            if path.endswith(".parquet"):
+                return pq.read_table(fh, schema=self.spec.schema)
+            return pa.ipc.open_file(fh).read_all().cast(self.spec.schema)
 
 
 def app_versions(manifests: Sequence[Manifest], txn_version: int | None = None) -> dict[str, int]:
@@ -356,14 +359,6 @@ def latest_progress(manifests: Sequence[Manifest]) -> dict[str, int]:
     """The progress a commit of ``manifests`` records: per key, the value of the latest checkpoint."""
     ordered = sorted(manifests, key=lambda m: (m.checkpoint_id, m.subtask))
     return merged(m.progress for m in ordered)
-
-
-def _read_merge_source(path: Path, schema: pa.Schema) -> pa.Table:
-    """A staged MERGE source: Arrow IPC, or Parquet when staged by a version before IPC staging."""
-    if path.suffix == ".parquet":
-        return pq.read_table(path, schema=schema)
-    with pa.OSFile(str(path), "rb") as fh:
-        return pa.ipc.open_file(fh).read_all().cast(schema)
 
 
 def _add_action(f: StagedFile) -> AddAction:

@@ -15,11 +15,12 @@ from sinks.committable import Committable
 from sinks.committer import CommitHooks, DeltaCommitter
 from sinks.ownership import EOI_CHECKPOINT_ID
 from sinks.sink_errors import CommittableMissingError, MarkerOrderError
-from sinks.staging import Manifest, StagingArea, app_id_for, local_table_root
+from sinks.staging import Manifest, StagingArea, app_id_for
 from sinks.table_bootstrap import open_table
 from sinks.table_spec import TableSpec
 from sinks.writer_metrics import CommitResult, WriterMetrics
 from storage.retry_policy import RetryPolicy
+from storage.table_files import root_uri
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ class GlobalCommitter:
         self.retry = retry or RetryPolicy()
         self.metrics = WriterMetrics()
         self._hooks = commit_hooks
-        self._staging = StagingArea(local_table_root(spec.table_uri), app_prefix)
+        self._staging = StagingArea.of_table(spec.table_uri, app_prefix, spec.storage_options)
         self._committer: DeltaCommitter | None = None
         #: Collected, not yet committed: (run id, subtask, checkpoint) -> its prepared manifest.
         self._pending: dict[tuple[str, int, int], Manifest] = {}
@@ -56,6 +57,7 @@ class GlobalCommitter:
         """OPEN: open (or create) the table. Nothing to recover: the writer subtasks' OPEN does that."""
         if self._committer is not None:
             raise MarkerOrderError("OPEN arrived twice for one committer; create a new one per task attempt")
+        self._staging.files.check_conditional_writes()
         dt = open_table(self.spec, log_name=self.app_prefix)
         self._committer = DeltaCommitter(
             dt,
@@ -73,7 +75,7 @@ class GlobalCommitter:
         if self._ended:
             raise MarkerOrderError("a committable arrived after END_OF_INPUT")
         c = committable
-        if c.app_prefix != self.app_prefix or local_table_root(c.table_uri) != self._staging.table_root:
+        if c.app_prefix != self.app_prefix or root_uri(c.table_uri) != self._staging.table_uri:
             raise ValueError(
                 f"committable of {c.app_prefix!r} at {c.table_uri} reached the committer of "
                 f"{self.app_prefix!r} at {self.spec.table_uri}: wire each table's writers to its committer"

@@ -97,19 +97,11 @@ def sweep_leftovers(staging: StagingArea, ownership: Ownership) -> None:
     Only valid once every owned manifest is resolved, i.e. after the OPEN plan ran.
     """
     for root in (staging.manifest_root, staging.staging_root):
-        if not root.is_dir():
-            continue
-        for run_dir in root.iterdir():
-            if not run_dir.is_dir():
+        for f in staging.files.list(root):
+            parts = f.path[len(root) + 1 :].split("/")  # <run>/<subtask>/<file>
+            if len(parts) != 3 or not parts[1].isdigit() or not ownership.owns(int(parts[1])):
                 continue
-            for sub_dir in run_dir.iterdir():
-                if not sub_dir.is_dir() or not sub_dir.name.isdigit():
-                    continue
-                if not ownership.owns(int(sub_dir.name)):
-                    continue
-                for p in sub_dir.iterdir():
-                    leftover = root == staging.staging_root or p.name.endswith(".tmp")
-                    if p.is_file() and leftover:
-                        log.info("%s: removing leftover %s", ownership.app_id, p)
-                        p.unlink(missing_ok=True)
+            if root == staging.staging_root or parts[2].endswith(".tmp"):
+                log.info("%s: removing leftover %s", ownership.app_id, f.path)
+                staging.files.delete(f.path)
     staging.remove_empty_run_dirs(keep_run_id=ownership.run_id)

@@ -38,12 +38,6 @@ class KeyNullError(DeltaSinkError):
     """A merge/upsert key column holds nulls: such rows can never match and would be inserted each time."""
 
 
-class UnsupportedTableUriError(DeltaSinkError):
-    """The staging area (manifests, merge sources) needs a local path; object stores are not supported yet."""
-
-    exit_code = BAD_INPUT
-
-
 class CommitConflictError(DeltaSinkError):
     """A Delta commit kept conflicting with concurrent writers and the retry budget is spent.
 

@@ -9,7 +9,6 @@ Nothing here touches the Delta log.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import NamedTuple
@@ -33,7 +32,6 @@ from sinks.staging import (
 )
 from sinks.table_spec import TableSpec
 from sinks.writer_metrics import WriterMetrics
-from storage.local_files import fsync_dir
 from storage.parquet_encoding import pyarrow_options
 
 #: File name suffix of staged MERGE sources (Arrow IPC file format).
@@ -57,7 +55,7 @@ class Stager:
         self.subtask = subtask
         self.metrics = metrics
         self._staging = staging
-        self._root = staging.table_root
+        self._files = staging.files
         self._buffer: list[pa.RecordBatch] = []
 
     def write(self, batch: pa.RecordBatch | pa.Table) -> None:
@@ -173,8 +171,6 @@ class Stager:
         checkpoint_id: int,
         first_index: int,
     ) -> list[StagedFile]:
-        folder = self._root / rel_dir if rel_dir else self._root
-        folder.mkdir(parents=True, exist_ok=True)
         target = self.spec.target_file_size
         row_bytes = max(1, data.nbytes // max(1, data.num_rows))
         # Arrow bytes overestimate Parquet bytes, so slices of a quarter target keep files near the target.
@@ -183,9 +179,9 @@ class Stager:
         offset = 0
         while offset < data.num_rows:
             name = f"part-{first_index + len(out):05d}-{token}-c{checkpoint_id}.snappy.parquet"
-            path = folder / name
+            path = f"{rel_dir}/{name}" if rel_dir else name
             start = offset
-            with open(path, "wb") as fh:
+            with self._files.output(path) as fh:
                 pw = pq.ParquetWriter(fh, data.schema, **pyarrow_options(data.schema.names))
                 while offset < data.num_rows:
                     pw.write_table(data.slice(offset, slice_rows))
@@ -193,45 +189,38 @@ class Stager:
                     if fh.tell() >= target:
                         break
                 pw.close()
-                fh.flush()
-                os.fsync(fh.fileno())
             chunk = data.slice(start, offset - start)
-            st = path.stat()
-            out.append(
-                StagedFile(
-                    path=self._staging.relative(path),
-                    size_bytes=st.st_size,
-                    num_rows=chunk.num_rows,
-                    partition_values=dict(values),
-                    stats=file_stats(chunk),
-                    modification_time_ms=int(st.st_mtime * 1000),
-                )
-            )
-        fsync_dir(folder)
+            out.append(self._staged(path, chunk.num_rows, values, file_stats(chunk)))
         return out
+
+    def _staged(
+        self, path: str, num_rows: int, values: dict[str, str | None] | None = None, stats: str = ""
+    ) -> StagedFile:
+        """What the manifest records of a file just written at ``path``."""
+        info = self._files.info(path)
+        if info is None:
+            raise FileNotFoundError(f"{self._files.uri}/{path}: staged a moment ago and gone")
+        return StagedFile(
+            path=path,
+            size_bytes=info.size,
+            num_rows=num_rows,
+            partition_values=dict(values or {}),
+            stats=stats,
+            modification_time_ms=info.modified_ms,
+        )
 
     def _stage_merge_source(self, table: pa.Table, checkpoint_id: int, notes: _Notes) -> Manifest:
         folder = self._staging.merge_source_dir(self.run_id, self.subtask)
-        pending = self._write_pending(checkpoint_id, "merge_source", (self._staging.relative(folder),), notes)
+        pending = self._write_pending(checkpoint_id, "merge_source", (folder,), notes)
         reduced = self.spec.pre_reduce(table)
-        folder.mkdir(parents=True, exist_ok=True)
         # Arrow IPC, not Parquet: the source never enters the table and is read back once at COMMIT;
         # IPC writes about 6x faster (100k silver rows: 0.03 s vs 0.17 s) and reads at memory speed,
         # and both sit on the path from the checkpoint barrier to visible rows. Twice the bytes.
-        path = folder / f"{checkpoint_id:020d}-{pending.token}{MERGE_SOURCE_SUFFIX}"
-        with open(path, "wb") as fh:
+        path = f"{folder}/{checkpoint_id:020d}-{pending.token}{MERGE_SOURCE_SUFFIX}"
+        with self._files.output(path) as fh:
             with pa.ipc.new_file(fh, reduced.schema) as ipc_writer:
                 ipc_writer.write_table(reduced)
-            fh.flush()
-            os.fsync(fh.fileno())
-        fsync_dir(folder)
-        st = path.stat()
-        staged = StagedFile(
-            path=self._staging.relative(path),
-            size_bytes=st.st_size,
-            num_rows=table.num_rows,
-            modification_time_ms=int(st.st_mtime * 1000),
-        )
+        staged = self._staged(path, table.num_rows)
         prepared = replace(pending, state="prepared", files=(staged,))
         self._staging.write(prepared)
         return prepared

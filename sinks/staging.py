@@ -1,9 +1,10 @@
 """Durable record of work staged for a checkpoint but not yet in the Delta log: the manifests.
 
-A manifest is the only link between staged files and their checkpoint, so it is written atomically
-(temp file, fsync, rename, fsync of the folder) as ``pending`` before the first data byte and as
-``prepared`` once every file is durable; only ``prepared`` ones are committed (DESIGN.md section 3).
-Layout under the table root, names percent-encoded, in folders Delta and VACUUM skip::
+A manifest is the only link between staged files and their checkpoint, so it is replaced atomically
+(``TableFiles.write_atomic``: rename on a disk, one PUT on an object store) as ``pending`` before the
+first data byte and as ``prepared`` once every file is durable; only ``prepared`` ones are committed
+(DESIGN.md section 3). Layout under the table root, names percent-encoded, in folders Delta and VACUUM
+skip::
 
     _lakestream/manifests/<app_prefix>/<run_id>/<subtask>/<checkpoint:020d>.json
     _lakestream/staging/<app_prefix>/<run_id>/<subtask>/<checkpoint:020d>-<token>.arrow   (merge sources)
@@ -11,37 +12,22 @@ Layout under the table root, names percent-encoded, in folders Delta and VACUUM 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import unquote, urlparse
 
-from sinks.sink_errors import UnsupportedTableUriError
-from storage.local_files import atomic_write_text, fsync_dir, path_segment
+from storage.local_files import path_segment
+from storage.table_files import LocalTableFiles, TableFiles, table_files
 
 ManifestState = Literal["pending", "prepared"]
 ManifestKind = Literal["data_files", "merge_source"]
 
 STAGING_ROOT = "_lakestream"
 MANIFEST_FORMAT = 1
-
-
-def local_table_root(table_uri: str) -> Path:
-    """Local folder of a table URI; the staging area needs POSIX rename and fsync semantics."""
-    parsed = urlparse(table_uri)
-    if parsed.scheme == "file":
-        return Path(unquote(parsed.path)).absolute()
-    if parsed.scheme and len(parsed.scheme) > 1:  # one letter: a Windows drive, not a scheme
-        raise UnsupportedTableUriError(
-            f"table_uri {table_uri!r}: staging needs a local path, {parsed.scheme}:// is not supported yet. "
-            "Fix: use a local path or file:// URI."
-        )
-    return Path(table_uri).absolute()
 
 
 def app_id_for(app_prefix: str, run_id: str, subtask: int) -> str:
@@ -181,74 +167,69 @@ def now_ms() -> int:
 
 
 class StagingArea:
-    """Manifests and merge sources of one app prefix inside one table folder."""
+    """Manifests and merge sources of one app prefix under one table root (local or object store)."""
 
-    def __init__(self, table_root: Path, app_prefix: str) -> None:
-        self.table_root = table_root
+    def __init__(self, files: TableFiles | Path, app_prefix: str) -> None:
+        self.files: TableFiles = LocalTableFiles(files) if isinstance(files, Path) else files
         self.app_prefix = app_prefix
-        self.manifest_root = table_root / STAGING_ROOT / "manifests" / path_segment(app_prefix)
-        self.staging_root = table_root / STAGING_ROOT / "staging" / path_segment(app_prefix)
+        self.manifest_root = f"{STAGING_ROOT}/manifests/{path_segment(app_prefix)}"
+        self.staging_root = f"{STAGING_ROOT}/staging/{path_segment(app_prefix)}"
 
-    def manifest_path(self, run_id: str, subtask: int, checkpoint_id: int) -> Path:
-        """Where the manifest of (run, subtask, checkpoint) lives."""
-        return self.manifest_root / path_segment(run_id) / str(subtask) / f"{checkpoint_id:020d}.json"
+    @classmethod
+    def of_table(
+        cls, table_uri: str, app_prefix: str, options: Mapping[str, str] | None = None
+    ) -> StagingArea:
+        """The staging area of ``app_prefix`` in the table at ``table_uri`` (``options``: delta-rs')."""
+        return cls(table_files(table_uri, options), app_prefix)
 
-    def merge_source_dir(self, run_id: str, subtask: int) -> Path:
-        """Folder of a subtask's staged MERGE sources."""
-        return self.staging_root / path_segment(run_id) / str(subtask)
+    @property
+    def table_uri(self) -> str:
+        """The table root as its files know it."""
+        return self.files.uri
 
-    def relative(self, path: Path) -> str:
-        """Path relative to the table root, posix style (what manifests store)."""
-        return path.relative_to(self.table_root).as_posix()
+    def manifest_path(self, run_id: str, subtask: int, checkpoint_id: int) -> str:
+        """Where the manifest of (run, subtask, checkpoint) lives, relative to the table root."""
+        return f"{self.manifest_root}/{path_segment(run_id)}/{subtask}/{checkpoint_id:020d}.json"
+
+    def merge_source_dir(self, run_id: str, subtask: int) -> str:
+        """Folder of a subtask's staged MERGE sources, relative to the table root."""
+        return f"{self.staging_root}/{path_segment(run_id)}/{subtask}"
 
     def write(self, manifest: Manifest) -> None:
         """Durably (re)write a manifest."""
         path = self.manifest_path(manifest.run_id, manifest.subtask, manifest.checkpoint_id)
-        atomic_write_text(path, manifest.to_json())
+        self.files.write_atomic(path, manifest.to_json().encode("utf-8"))
 
     def delete(self, manifest: Manifest) -> None:
         """Remove a manifest (idempotent)."""
-        path = self.manifest_path(manifest.run_id, manifest.subtask, manifest.checkpoint_id)
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-        fsync_dir(path.parent)
+        self.files.delete(self.manifest_path(manifest.run_id, manifest.subtask, manifest.checkpoint_id))
 
     def read(self, relative_path: str) -> Manifest | None:
         """The manifest at ``relative_path`` (relative to the table root), or None if it is gone."""
-        try:
-            text = (self.table_root / relative_path).read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return None
-        return Manifest.from_json(text)
+        data = self.files.read(relative_path)
+        return None if data is None else Manifest.from_json(data.decode("utf-8"))
 
     def list_all(self) -> list[Manifest]:
         """Every manifest of this app prefix, all runs and subtasks, sorted by (checkpoint, subtask)."""
-        found = [Manifest.from_json(p.read_text(encoding="utf-8")) for p in self._manifest_files()]
+        found = []
+        for f in self.files.list(self.manifest_root):
+            parts = f.path[len(self.manifest_root) + 1 :].split("/")
+            # <run>/<subtask>/<checkpoint>.json; a torn local replace leaves a dot-named temp file
+            if len(parts) == 3 and parts[2].endswith(".json") and not parts[2].startswith("."):
+                manifest = self.read(f.path)
+                if manifest is not None:
+                    found.append(manifest)
         return sorted(found, key=lambda m: (m.checkpoint_id, m.run_id, m.subtask))
-
-    def _manifest_files(self) -> Iterator[Path]:
-        if not self.manifest_root.is_dir():
-            return
-        for run_dir in sorted(self.manifest_root.iterdir()):
-            if not run_dir.is_dir():
-                continue
-            for sub_dir in sorted(run_dir.iterdir()):
-                if sub_dir.is_dir():
-                    yield from sorted(p for p in sub_dir.glob("*.json") if not p.name.startswith("."))
 
     def delete_staged_files(self, manifest: Manifest) -> None:
         """Delete what a manifest staged: the listed files, and for pending ones any file with its token."""
         for f in manifest.files:
-            with contextlib.suppress(FileNotFoundError):
-                (self.table_root / f.path).unlink()
+            self.files.delete(f.path)
         if manifest.state == "pending":
             for d in manifest.staging_dirs:
-                folder = self.table_root / d
-                if folder.is_dir():
-                    for p in folder.iterdir():
-                        if manifest.token in p.name and p.is_file():
-                            with contextlib.suppress(FileNotFoundError):
-                                p.unlink()
+                for found in self.files.list("" if d == "." else d, recursive=False):
+                    if manifest.token in found.path.rsplit("/", 1)[-1]:
+                        self.files.delete(found.path)
 
     def abort(self, manifest: Manifest) -> None:
         """Undo a prepare that will never be committed: its files, then the manifest naming them."""
@@ -264,13 +245,4 @@ class StagingArea:
     def remove_empty_run_dirs(self, keep_run_id: str) -> None:
         """Tidy the folders of finished runs; the live run's folders stay (other subtasks use them)."""
         for root in (self.manifest_root, self.staging_root):
-            if not root.is_dir():
-                continue
-            for run_dir in root.iterdir():
-                if not run_dir.is_dir() or run_dir.name == path_segment(keep_run_id):
-                    continue
-                for sub_dir in run_dir.iterdir():
-                    with contextlib.suppress(OSError):
-                        sub_dir.rmdir()
-                with contextlib.suppress(OSError):
-                    run_dir.rmdir()
+            self.files.remove_empty_folders(root, keep=path_segment(keep_run_id))

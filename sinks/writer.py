@@ -19,7 +19,7 @@ from sinks.committer import CommitHooks, DeltaCommitter
 from sinks.ownership import EOI_CHECKPOINT_ID, Ownership, plan_open, sweep_leftovers
 from sinks.sink_errors import MarkerOrderError
 from sinks.stager import Stager
-from sinks.staging import Manifest, StagingArea, app_id_for, local_table_root
+from sinks.staging import Manifest, StagingArea, app_id_for
 from sinks.table_bootstrap import ensure_merge_file_size, open_table
 from sinks.table_spec import TableSpec, WriteMode
 from sinks.writer_metrics import CommitResult, WriterMetrics
@@ -50,7 +50,7 @@ class TwoPhaseDeltaWriter:
         self.retry = retry or RetryPolicy()
         self.metrics = WriterMetrics()
         self._hooks = commit_hooks
-        self._staging = StagingArea(local_table_root(spec.table_uri), app_prefix)
+        self._staging = StagingArea.of_table(spec.table_uri, app_prefix, spec.storage_options)
         self._ownership: Ownership | None = None
         self._stager: Stager | None = None
         self._committer: DeltaCommitter | None = None
@@ -85,6 +85,7 @@ class TwoPhaseDeltaWriter:
             raise ValueError("run_id is empty: it must be a stable id kept in Flink state")
         r = restored_checkpoint_id
         ownership = self._ownership = Ownership(self.app_prefix, run_id, subtask, parallelism)
+        self._staging.files.check_conditional_writes()
         dt = open_table(self.spec, log_name=self.app_prefix)
         if self.spec.mode in ("merge", "upsert") and subtask == 0:
             dt = ensure_merge_file_size(dt, self.spec, log_name=self.app_prefix)
@@ -233,5 +234,4 @@ __all__ = [
     "CommitHooks",
     "TwoPhaseDeltaWriter",
     "WriteMode",
-    "local_table_root",
 ]

@@ -32,15 +32,20 @@ def fsync_dir(path: Path) -> None:
 
 
 def atomic_write_text(path: Path, text: str, *, sync_folder: bool = True) -> None:
-    """Replace ``path`` with ``text`` so a reader sees the old or the new content, never a torn file.
+    """Replace ``path`` with ``text`` (UTF-8); see :func:`atomic_write_bytes`."""
+    atomic_write_bytes(path, text.encode("utf-8"), sync_folder=sync_folder)
+
+
+def atomic_write_bytes(path: Path, data: bytes, *, sync_folder: bool = True) -> None:
+    """Replace ``path`` with ``data`` so a reader sees the old or the new content, never a torn file.
 
     Temp file, fsync, rename; then, with ``sync_folder``, an fsync of the folder so the rename itself
     survives a crash (without it a crash may bring the old content back).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
+    with open(tmp, "wb") as fh:
+        fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from collections.abc import Mapping
+from pathlib import Path, PosixPath
 from typing import Any
 from urllib.parse import unquote
 
@@ -13,6 +14,32 @@ from deltalake import DeltaTable
 from sinks.sink_errors import DeltaSinkError
 from sinks.table_spec import TableSpec
 from sinks.writer import TwoPhaseDeltaWriter
+
+
+class StoredTable(PosixPath):
+    """A table on an object store, seen through the store's own folder: the writer gets ``uri`` and
+    ``options``, the checks of this module read the folder."""
+
+    uri: str
+    options: dict[str, str]
+
+    @classmethod
+    def at(cls, view: Path, *, uri: str, options: Mapping[str, str]) -> StoredTable:
+        """The table at ``uri``, whose objects the store keeps under the folder ``view``."""
+        table = cls(view)
+        table.uri = uri
+        table.options = dict(options)
+        return table
+
+
+def table_uri(table: Path) -> str:
+    """The URI a writer of ``table`` gets: its object-store URI, or the local path."""
+    return table.uri if isinstance(table, StoredTable) else str(table)
+
+
+def table_options(table: Path) -> dict[str, str] | None:
+    """The storage options a client of ``table`` needs (None for a local folder)."""
+    return table.options if isinstance(table, StoredTable) else None
 
 
 class SimulatedCrash(DeltaSinkError):
@@ -43,7 +70,8 @@ def new_writer(table: Path, **kwargs: Any) -> TwoPhaseDeltaWriter:
     keywords and the fields of its ``TableSpec``."""
     options = {k: kwargs.pop(k) for k in WRITER_KEYWORDS if k in kwargs}
     options.setdefault("app_prefix", "job")
-    return TwoPhaseDeltaWriter(spec=TableSpec(table_uri=str(table), **kwargs), **options)
+    kwargs.setdefault("storage_options", table_options(table))
+    return TwoPhaseDeltaWriter(spec=TableSpec(table_uri=table_uri(table), **kwargs), **options)
 
 
 def snapshot_rows(table: Path, schema: pa.Schema, sort_keys: list[str]) -> pa.Table:

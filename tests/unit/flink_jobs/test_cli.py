@@ -195,7 +195,8 @@ def kafka_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]
             progress_table=(str(tmp_path / "lake" / "t"), "p/t"),
             tables=[
                 SimpleNamespace(
-                    table=SimpleNamespace(table_uri=str(tmp_path / "lake" / "t")), app_prefix="p/t"
+                    table=SimpleNamespace(table_uri=str(tmp_path / "lake" / "t"), storage_options=None),
+                    app_prefix="p/t",
                 )
             ],
             starting_offsets="committed",

@@ -25,6 +25,7 @@ from tests.support.delta_tables import (
     open_writer,
     snapshot_rows,
     staging_leftovers,
+    table_options,
     txn_version,
 )
 
@@ -77,20 +78,21 @@ def test_compaction_between_prepare_and_commit(tmp_path: Path) -> None:
 class CompactRightBeforeCommit(CommitHooks):
     """Another process compacts the table after our snapshot and txn check, before our commit lands."""
 
-    def __init__(self) -> None:
+    def __init__(self, table: Path) -> None:
+        self.options = table_options(table)
         self.compactions = 0
         self.planned_on: list[int] = []
 
     def before_attempt(self, attempt: int, snapshot: DeltaTable) -> None:
         if attempt == 0:
             self.planned_on.append(snapshot.version())  # the snapshot our commit is planned on
-            DeltaTable(snapshot.table_uri).optimize.compact()
+            DeltaTable(snapshot.table_uri, storage_options=self.options).optimize.compact()
             self.compactions += 1
 
 
-def test_append_racing_a_compaction_commits_exactly_once(tmp_path: Path) -> None:
-    t = tmp_path / "t"
-    hooks = CompactRightBeforeCommit()
+def test_append_racing_a_compaction_commits_exactly_once(sink_table: Path) -> None:
+    t = sink_table
+    hooks = CompactRightBeforeCommit(t)
     w = writer(t, None, commit_hooks=hooks)
     ids = seed_small_files(w, 3)  # each commit's hook compacted the files before it
     assert hooks.compactions == 3
@@ -142,8 +144,8 @@ class ZombieCommitsFirst(CommitHooks):
             open_writer(self.table, restored=1, schema=SCHEMA)  # its OPEN(1) commits checkpoint 1
 
 
-def test_racing_duplicate_commit_is_detected_on_retry_and_not_applied_twice(tmp_path: Path) -> None:
-    t = tmp_path / "t"
+def test_racing_duplicate_commit_is_detected_on_retry_and_not_applied_twice(sink_table: Path) -> None:
+    t = sink_table
     w = writer(t, None, commit_hooks=ZombieCommitsFirst(t))
     w.write(batch([1, 2, 3]))
     w.prepare(1)

@@ -35,6 +35,8 @@ from tests.support.delta_tables import (
     open_writer,
     snapshot_rows,
     staging_leftovers,
+    table_options,
+    table_uri,
     table_version,
     txn_version,
 )
@@ -82,7 +84,13 @@ class Attempt:
             for i in range(parallelism)
         ]
         self.committer = GlobalCommitter(
-            spec=TableSpec(table_uri=str(table), schema=SILVER_SCHEMA, mode="merge", merge=SPEC),
+            spec=TableSpec(
+                table_uri=table_uri(table),
+                schema=SILVER_SCHEMA,
+                mode="merge",
+                merge=SPEC,
+                storage_options=table_options(table),
+            ),
             app_prefix="job",
             retry=FAST_RETRY,
             commit_hooks=committer_hooks,
@@ -301,8 +309,8 @@ def staged_checkpoints_1_to_3(
     return job, history
 
 
-def test_committer_crash_before_its_commit_is_recovered_by_the_subtasks_open(tmp_path: Path) -> None:
-    t = tmp_path / "silver"
+def test_committer_crash_before_its_commit_is_recovered_by_the_subtasks_open(sink_table: Path) -> None:
+    t = sink_table
     job, history = staged_checkpoints_1_to_3(t, CrashBeforeAttempt())
     with pytest.raises(SimulatedCrash):
         job.commit(2)  # checkpoint 2 completed; the committer died before its Delta commit
@@ -330,8 +338,8 @@ def test_committer_crash_before_its_commit_is_recovered_by_the_subtasks_open(tmp
     assert_no_orphans(t)
 
 
-def test_committer_crash_after_its_commit_does_not_commit_twice(tmp_path: Path) -> None:
-    t = tmp_path / "silver"
+def test_committer_crash_after_its_commit_does_not_commit_twice(sink_table: Path) -> None:
+    t = sink_table
     job, history = staged_checkpoints_1_to_3(t, CrashBeforeCleanup())
     with pytest.raises(SimulatedCrash):
         job.commit(2)
@@ -347,8 +355,8 @@ def test_committer_crash_after_its_commit_does_not_commit_twice(tmp_path: Path) 
     assert_no_orphans(t)
 
 
-def test_crash_before_the_checkpoint_completes_aborts_what_the_committer_collected(tmp_path: Path) -> None:
-    t = tmp_path / "silver"
+def test_crash_before_the_checkpoint_completes_aborts_what_the_committer_collected(sink_table: Path) -> None:
+    t = sink_table
     job, history = staged_checkpoints_1_to_3(t)
     assert len(job.committer.pending) == 4  # checkpoints 2 and 3 of both subtasks
     Attempt(t, restored=1, parallelism=2)  # the job failed before checkpoint 2 completed
@@ -357,8 +365,8 @@ def test_crash_before_the_checkpoint_completes_aborts_what_the_committer_collect
     assert_no_orphans(t)
 
 
-def test_subtask_crash_after_precommit(tmp_path: Path) -> None:
-    t = tmp_path / "silver"
+def test_subtask_crash_after_precommit(sink_table: Path) -> None:
+    t = sink_table
     job = Attempt(t, restored=None, parallelism=2)
     history = History()
     for i in range(2):
@@ -392,8 +400,8 @@ def test_subtask_crash_after_precommit(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- rescaling
 
 
-def test_rescale_2_to_1(tmp_path: Path) -> None:
-    t = tmp_path / "silver"
+def test_rescale_2_to_1(sink_table: Path) -> None:
+    t = sink_table
     job, history = staged_checkpoints_1_to_3(t, CrashBeforeAttempt())
     with pytest.raises(SimulatedCrash):
         job.commit(2)
@@ -540,15 +548,16 @@ def test_an_early_end_restored_from_before_it_is_staged_again(tmp_path: Path) ->
 # ---------------------------------------------------------------- counters
 
 
-def test_counters_are_recorded_exactly_once_across_retries_crashes_and_recovery(tmp_path: Path) -> None:
-    t = tmp_path / "silver"
+def test_counters_are_recorded_exactly_once_across_retries_crashes_and_recovery(sink_table: Path) -> None:
+    t = sink_table
 
     class ConflictOnce(CommitHooks):
         """A concurrent ALTER before the first attempt of every commit: each one is retried."""
 
         def before_attempt(self, attempt: int, snapshot: DeltaTable) -> None:
             if attempt == 0:
-                DeltaTable(snapshot.table_uri).alter.set_table_properties({"delta.appendOnly": "false"})
+                table = DeltaTable(snapshot.table_uri, storage_options=table_options(t))
+                table.alter.set_table_properties({"delta.appendOnly": "false"})
 
     def counts(n: int, i: int) -> dict[str, int]:
         return {"events_duplicate": n + i, "silver_changes": 10 * n + i, "events_late": i}
@@ -632,7 +641,7 @@ def test_manifests_without_counters_still_load(tmp_path: Path) -> None:
     w.write(pa.RecordBatch.from_pylist(orders(0, 1, 1), schema=SILVER_SCHEMA))
     m = w.prepare(1, counters={"silver_changes": 2})
     assert m is not None
-    path = StagingArea(t, "job").manifest_path("run-1", 0, 1)
+    path = t / StagingArea(t, "job").manifest_path("run-1", 0, 1)
     doc = json.loads(path.read_text())
     assert doc["counters"] == {"silver_changes": 2}
     del doc["counters"]  # what a version before the counters wrote

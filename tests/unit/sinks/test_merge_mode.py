@@ -192,8 +192,8 @@ class CrashBeforeCleanup(CommitHooks):
         raise SimulatedCrash("killed after the MERGE committed")
 
 
-def test_merge_crash_matrix(tmp_path: Path) -> None:
-    t = tmp_path / "silver"
+def test_merge_crash_matrix(sink_table: Path) -> None:
+    t = sink_table
     first = [event("o1", "e1", 1, status="a"), event("o1", "e2", 2, status="b")]
     second = [event("o1", "e3", 3, status="c")]
     third = [event("o2", "e4", 4, status="z")]
@@ -248,8 +248,8 @@ def test_merge_conflicting_with_a_compaction_is_rerun(tmp_path: Path) -> None:
     assert commits_with_app(t, "job:run-1:0") == 3
 
 
-def test_rescale_2_to_1_merges_both_subtasks_sources_in_one_commit(tmp_path: Path) -> None:
-    t = tmp_path / "silver"
+def test_rescale_2_to_1_merges_both_subtasks_sources_in_one_commit(sink_table: Path) -> None:
+    t = sink_table
     rows = {
         0: [event("o1", "e1", 5, status="s0"), event("o2", "e2", 1, address="x")],
         1: [event("o1", "e3", 4, status="s1", user_id="u"), event("o3", "e4", 2, deleted=True)],

@@ -67,8 +67,8 @@ APP = "job:run-1:0"
 # ---------------------------------------------------------------- the normal path
 
 
-def test_prepare_stages_outside_the_log_and_commit_makes_it_visible(tmp_path: Path) -> None:
-    t = tmp_path / "t"
+def test_prepare_stages_outside_the_log_and_commit_makes_it_visible(sink_table: Path) -> None:
+    t = sink_table
     w = writer(t, None)
     w.write(batch(range(5)))
     manifest = w.prepare(1)
@@ -98,8 +98,8 @@ def test_empty_checkpoint_writes_nothing(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- crash at every step
 
 
-def test_crash_after_staging_before_the_checkpoint_aborts(tmp_path: Path) -> None:
-    t = tmp_path / "t"
+def test_crash_after_staging_before_the_checkpoint_aborts(sink_table: Path) -> None:
+    t = sink_table
     w = writer(t, None)
     w.write(batch(range(3)))
     w.prepare(1)
@@ -125,8 +125,8 @@ def test_crash_after_staging_before_the_checkpoint_aborts(tmp_path: Path) -> Non
     assert_no_orphans(t)
 
 
-def test_crash_after_the_checkpoint_before_the_commit_commits_once_on_open(tmp_path: Path) -> None:
-    t = tmp_path / "t"
+def test_crash_after_the_checkpoint_before_the_commit_commits_once_on_open(sink_table: Path) -> None:
+    t = sink_table
     w = writer(t, None)
     w.write(batch(range(4)))
     w.prepare(1)
@@ -147,8 +147,8 @@ class CrashBeforeCleanup(CommitHooks):
         raise SimulatedCrash("killed after the Delta commit, before the manifests were deleted")
 
 
-def test_crash_after_the_commit_before_cleanup_does_not_commit_twice(tmp_path: Path) -> None:
-    t = tmp_path / "t"
+def test_crash_after_the_commit_before_cleanup_does_not_commit_twice(sink_table: Path) -> None:
+    t = sink_table
     w = writer(t, None, commit_hooks=CrashBeforeCleanup())
     w.write(batch(range(4)))
     w.prepare(1)
@@ -165,8 +165,8 @@ def test_crash_after_the_commit_before_cleanup_does_not_commit_twice(tmp_path: P
     assert_no_orphans(t)
 
 
-def test_commit_delivered_twice_commits_once(tmp_path: Path) -> None:
-    t = tmp_path / "t"
+def test_commit_delivered_twice_commits_once(sink_table: Path) -> None:
+    t = sink_table
     w = writer(t, None)
     w.write(batch(range(2)))
     w.prepare(1)
@@ -178,8 +178,8 @@ def test_commit_delivered_twice_commits_once(tmp_path: Path) -> None:
     assert commits_with_app(t, APP) == 1
 
 
-def test_skipped_commit_is_covered_by_the_next_one(tmp_path: Path) -> None:
-    t = tmp_path / "t"
+def test_skipped_commit_is_covered_by_the_next_one(sink_table: Path) -> None:
+    t = sink_table
     w = writer(t, None)
     w.write(batch(range(2)))
     w.prepare(1)
@@ -194,8 +194,8 @@ def test_skipped_commit_is_covered_by_the_next_one(tmp_path: Path) -> None:
     assert_no_orphans(t)
 
 
-def test_open_commits_manifests_up_to_r_and_aborts_newer_ones(tmp_path: Path) -> None:
-    t = tmp_path / "t"
+def test_open_commits_manifests_up_to_r_and_aborts_newer_ones(sink_table: Path) -> None:
+    t = sink_table
     w = writer(t, None)
     for n, ids in ((1, range(0, 2)), (2, range(2, 4)), (3, range(4, 6))):
         w.write(batch(ids))
@@ -229,8 +229,8 @@ def test_crash_halfway_through_prepare_leaves_nothing(tmp_path: Path) -> None:
     assert_no_orphans(t)
 
 
-def test_fresh_start_aborts_the_previous_runs_staged_files(tmp_path: Path) -> None:
-    t = tmp_path / "t"
+def test_fresh_start_aborts_the_previous_runs_staged_files(sink_table: Path) -> None:
+    t = sink_table
     old = [writer(t, None, run_id="old", subtask=i, parallelism=2) for i in range(2)]
     for i, w in enumerate(old):
         w.write(batch(range(10 * i, 10 * i + 3)))
@@ -253,8 +253,8 @@ def test_fresh_start_aborts_the_previous_runs_staged_files(tmp_path: Path) -> No
     assert txn_version(t, "job:new:0") == 1 and txn_version(t, "job:old:1") == 1
 
 
-def test_fresh_start_after_commit_before_cleanup_keeps_the_committed_files(tmp_path: Path) -> None:
-    t = tmp_path / "t"
+def test_fresh_start_after_commit_before_cleanup_keeps_the_committed_files(sink_table: Path) -> None:
+    t = sink_table
     w = writer(t, None, run_id="old", commit_hooks=CrashBeforeCleanup())
     w.write(batch([1, 2]))
     w.prepare(1)
@@ -266,8 +266,8 @@ def test_fresh_start_after_commit_before_cleanup_keeps_the_committed_files(tmp_p
     assert_no_orphans(t)
 
 
-def test_fresh_start_does_not_touch_the_current_runs_other_subtasks(tmp_path: Path) -> None:
-    t = tmp_path / "t"
+def test_fresh_start_does_not_touch_the_current_runs_other_subtasks(sink_table: Path) -> None:
+    t = sink_table
     fast = writer(t, None, run_id="r", subtask=1, parallelism=2)
     fast.write(batch([1]))
     fast.prepare(1)
@@ -301,8 +301,8 @@ def _stage(writers: list[TwoPhaseDeltaWriter], n: int, base: int) -> list[int]:
     return ids
 
 
-def test_parallelism_3_to_2_adopts_the_removed_subtasks_manifests(tmp_path: Path) -> None:
-    t = tmp_path / "t"
+def test_parallelism_3_to_2_adopts_the_removed_subtasks_manifests(sink_table: Path) -> None:
+    t = sink_table
     old = [writer(t, None, subtask=i, parallelism=3) for i in range(3)]
     ids1 = _stage(old, 1, 0)
     for w in old:
@@ -326,8 +326,8 @@ def test_parallelism_3_to_2_adopts_the_removed_subtasks_manifests(tmp_path: Path
     assert_no_orphans(t)
 
 
-def test_parallelism_2_to_3_new_subtask_starts_clean(tmp_path: Path) -> None:
-    t = tmp_path / "t"
+def test_parallelism_2_to_3_new_subtask_starts_clean(sink_table: Path) -> None:
+    t = sink_table
     old = [writer(t, None, subtask=i, parallelism=2) for i in range(2)]
     ids1 = _stage(old, 1, 0)
     del old
@@ -343,8 +343,8 @@ def test_parallelism_2_to_3_new_subtask_starts_clean(tmp_path: Path) -> None:
     assert_no_orphans(t)
 
 
-def test_rescale_after_a_crash_between_commit_and_cleanup(tmp_path: Path) -> None:
-    t = tmp_path / "t"
+def test_rescale_after_a_crash_between_commit_and_cleanup(sink_table: Path) -> None:
+    t = sink_table
     doomed = writer(t, None, subtask=2, parallelism=3, commit_hooks=CrashBeforeCleanup())
     doomed.write(batch([7]))
     doomed.prepare(1)
@@ -360,8 +360,8 @@ def test_rescale_after_a_crash_between_commit_and_cleanup(tmp_path: Path) -> Non
 # ---------------------------------------------------------------- end of input
 
 
-def test_end_of_input_commits_everything_and_a_late_restore_replays_nothing(tmp_path: Path) -> None:
-    t = tmp_path / "t"
+def test_end_of_input_commits_everything_and_a_late_restore_replays_nothing(sink_table: Path) -> None:
+    t = sink_table
     w = writer(t, None)
     w.write(batch([1, 2]))
     w.prepare(1)
@@ -383,8 +383,8 @@ def test_end_of_input_commits_everything_and_a_late_restore_replays_nothing(tmp_
 # ---------------------------------------------------------------- files, partitions, statistics
 
 
-def test_partitioned_files_are_split_by_size_and_carry_statistics(tmp_path: Path) -> None:
-    t = tmp_path / "t"
+def test_partitioned_files_are_split_by_size_and_carry_statistics(sink_table: Path) -> None:
+    t = sink_table
     w = writer(t, None, partition_by=["p"], target_file_size=4096)
     w.write(batch(range(0, 2000), p="a"))
     w.write(batch(range(2000, 2010), p="b c/d"))
