@@ -11,7 +11,6 @@ race. The contract (also towards the speed layer's MERGE): DESIGN.md section 11.
 from __future__ import annotations
 
 import json
-import shutil
 import time
 import uuid
 from collections.abc import Callable
@@ -48,6 +47,7 @@ from maintenance.maintenance_errors import MaintenanceError, TableMissingError
 from maintenance.operations import with_retries
 from storage.delta_log import commit_ms, is_local_uri, local_path, normalize_schema
 from storage.retry_policy import RetryPolicy
+from storage.table_files import table_files
 from storage.time_travel import OutOfReachError, open_table_at
 
 UTC = timezone.utc
@@ -316,14 +316,11 @@ def staging_uri(cfg: Config, gold_table: str, run_id: str) -> str:
 
 
 def _remove_table(uri: str) -> None:
-    """Delete a local staging table and the folders it leaves empty, up to ``_staging``.
-
-    On an object store the staged files stay (DESIGN.md section 11, limitations).
-    """
+    """Delete a staging table and, on a local disk, the folders it leaves empty, up to ``_staging``."""
+    table_files(uri).delete_all()
     if not is_local_uri(uri):
         return
     path = Path(local_path(uri))
-    shutil.rmtree(path, ignore_errors=True)
     for folder in path.parents:
         if not folder.is_dir() or any(folder.iterdir()):
             break

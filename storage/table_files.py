@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import shutil
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +80,9 @@ class TableFiles(Protocol):
 
     def check_conditional_writes(self) -> None:
         """Refuse a store whose exclusive create is not exclusive (see ``object_store``); reach it once."""
+
+    def delete_all(self) -> None:
+        """Remove the table root and everything under it (a throw-away table)."""
 
 
 def table_files(uri: str, options: Mapping[str, str] | None = None) -> TableFiles:
@@ -198,6 +202,10 @@ class LocalTableFiles:
     def check_conditional_writes(self) -> None:
         """See :class:`TableFiles`: ``O_EXCL`` is exclusive on every local file system."""
 
+    def delete_all(self) -> None:
+        """See :class:`TableFiles`."""
+        shutil.rmtree(self.root, ignore_errors=True)
+
 
 class StoreTableFiles:
     """Files of a table on an object store, through obstore (the client delta-rs itself is built on)."""
@@ -276,3 +284,9 @@ class StoreTableFiles:
     def check_conditional_writes(self) -> None:
         """See :class:`TableFiles`."""
         check_conditional_writes(self.store, self.uri)
+
+    def delete_all(self) -> None:
+        """See :class:`TableFiles`: every object under the root, in batches."""
+        paths = [f.path for f in self.list("")]
+        for start in range(0, len(paths), 1000):
+            obstore.delete(self.store, paths[start : start + 1000])

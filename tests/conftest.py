@@ -4,6 +4,7 @@ lakehouse folders."""
 from __future__ import annotations
 
 import subprocess
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -49,6 +50,29 @@ def lakehouse(tmp_path: Path) -> Path:
     root = tmp_path / "lakehouse"
     root.mkdir()
     return root
+
+
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.integration)])
+def any_lakehouse(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty lakehouse root on either back end: a local folder, or ``s3://`` on the session's server.
+
+    On S3 it is the server's own folder of a fresh bucket (one file per object, so checks may read it
+    as a folder) carrying the ``s3://`` root and the AWS variables a ``lakestream`` process needs; the
+    test's own environment gets them too, so delta-rs in the test reaches ``s3://`` URIs as it is.
+    """
+    if request.param == "local":
+        root = tmp_path / "lakehouse"
+        root.mkdir()
+        return root
+    from tests.support.delta_tables import StoredTable
+
+    server: LocalS3 = request.getfixturevalue("s3")
+    bucket = f"lh-{uuid.uuid4().hex[:12]}"
+    server.create_bucket(bucket)
+    view = server.buckets_dir / bucket / "lakehouse"
+    for key, value in server.storage_options().items():
+        monkeypatch.setenv(key, value)
+    return StoredTable.at(view, uri=f"s3://{bucket}/lakehouse", options=server.storage_options())
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 Change = tuple[int, str, str, int]  # (id, v, _change_type, _commit_version)
 
 
-def build_source(uri: Path, *, appends: int = 12, rows: int = 40) -> None:
+def build_source(uri: str | Path, *, appends: int = 12, rows: int = 40) -> None:
     """CDF table: appends, a MERGE (updates + inserts), a DELETE, an OPTIMIZE, more appends."""
 
     def data(start: int, n: int, tag: str) -> pa.Table:
@@ -47,7 +47,7 @@ def build_source(uri: Path, *, appends: int = 12, rows: int = 40) -> None:
     DeltaTable(str(uri)).optimize.compact()
 
 
-def more_appends(uri: Path, start: int, count: int, rows: int = 40) -> None:
+def more_appends(uri: str | Path, start: int, count: int, rows: int = 40) -> None:
     for k in range(count):
         ids = list(range(start + k * rows, start + (k + 1) * rows))
         write_deltalake(
@@ -56,7 +56,7 @@ def more_appends(uri: Path, start: int, count: int, rows: int = 40) -> None:
 
 
 def expected_changes(
-    uri: Path, *, starting_version: int = 0, ending_version: int | None = None
+    uri: str | Path, *, starting_version: int = 0, ending_version: int | None = None
 ) -> Counter[Change]:
     reader = DeltaTable(str(uri)).load_cdf(starting_version=starting_version, ending_version=ending_version)
     t = pa.RecordBatchReader.from_stream(reader).read_all()
@@ -64,13 +64,13 @@ def expected_changes(
     return Counter((i, str(v), str(c), int(ver)) for i, v, c, ver in zip(*cols, strict=True))
 
 
-def output_changes(uri: Path) -> Counter[Change]:
+def output_changes(uri: str | Path) -> Counter[Change]:
     t = DeltaTable(str(uri)).to_pyarrow_table()
     cols = [t.column(n).to_pylist() for n in ("id", "v", "_change_type", "_commit_version")]
     return Counter(zip(*cols, strict=True))
 
 
-def output_rows(uri: Path) -> int:
+def output_rows(uri: str | Path) -> int:
     try:
         return int(DeltaTable(str(uri)).to_pyarrow_dataset().count_rows())
     except TableNotFoundError:

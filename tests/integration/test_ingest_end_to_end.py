@@ -476,12 +476,16 @@ def test_ingest_bounded_tables_equal_expectations(kafka: str, lakehouse: Path, t
         consumer.close()
 
 
-def test_ingest_killed_and_resumed_gives_the_same_tables(kafka: str, lakehouse: Path, tmp_path: Path) -> None:
+def test_ingest_killed_and_resumed_gives_the_same_tables(
+    kafka: str, any_lakehouse: Path, tmp_path: Path
+) -> None:
     """SIGKILL, restart: state (watermarks, orders, sinks) resumes; tables equal expectations.
 
     The first run is killed once the first half is committed everywhere, and the second half is produced
-    only then, so the restored watermarks alone decide whether its first records are late.
+    only then, so the restored watermarks alone decide whether its first records are late. On both back
+    ends: a local lakehouse and one on the S3 server.
     """
+    lakehouse = any_lakehouse
     topics, env = setup_topics(kafka, tmp_path, lakehouse)
     records, half = build_stream()
     first_half = records[:half]

@@ -73,8 +73,9 @@ def _first_open_window(events: list[Event]) -> datetime:
 
 
 def test_reconcile_names_the_windows_the_speed_layer_missed_and_fix_serves_batch_rows(
-    kafka: str, lakehouse: Path, tmp_path: Path
+    kafka: str, any_lakehouse: Path, tmp_path: Path
 ) -> None:
+    lakehouse = any_lakehouse
     topics, env = gold_env(kafka, tmp_path, lakehouse)
     events = scenario(seed=16)
     produce(kafka, topics, events)
@@ -99,6 +100,8 @@ def test_reconcile_names_the_windows_the_speed_layer_missed_and_fix_serves_batch
     assert "re-checked: gold matches bronze now" in fix.stdout
     run = _cli(env, "reconcile", *span)
     assert run.returncode == 0, run.stdout + run.stderr
+    staged = lakehouse / "_staging"
+    assert not staged.exists() or not [p for p in staged.rglob("*") if p.is_file()], "staging table left"
 
     served = json.loads(_cli(env, "query", "metrics", *span, "--format", "json").stdout)
     by_window = {datetime.fromisoformat(r["window_start"].replace("Z", "+00:00")): r for r in served}

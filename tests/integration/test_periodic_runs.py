@@ -37,6 +37,7 @@ from tests.integration.test_delta_source_flink import (
 )
 from tests.integration.test_resume_after_kill import produce, rows, start_job, wait_rows
 from tests.support.cli import run_cli
+from tests.support.delta_tables import lakehouse_env, table_at
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -130,7 +131,7 @@ def test_land_runs_continue_exactly_bounded_unbounded_and_back(
 
 def changefeed_env(tmp_path: Path, lakehouse: Path, **extra: str) -> dict[str, str]:
     return {
-        "LAKESTREAM__LAKEHOUSE__ROOT": str(lakehouse),
+        **lakehouse_env(lakehouse),
         "LAKESTREAM__FLINK__CHECKPOINT_DIR": str(tmp_path / "ckpt"),
         "LAKESTREAM__FLINK__CHECKPOINT_INTERVAL": "500ms",
         "LAKESTREAM__FLINK__PARALLELISM": "2",
@@ -144,21 +145,22 @@ def changefeed(args: list[str], env: dict[str, str], log: Path) -> str:
     return done.output
 
 
-def cdf_table(lakehouse: Path) -> Path:
+def cdf_table(lakehouse: Path) -> str:
     """A CDF-enabled source with 4 commits: appends, then a MERGE (updates and inserts)."""
-    src = lakehouse / "silver" / "orders"
-    src.parent.mkdir(parents=True)
+    src = table_at(lakehouse, "silver/orders")
     build_source(src, appends=3, rows=20)  # v0-v2 appends, v3 merge, v4 delete, v5 optimize
     return src
 
 
-def newest_id(src: Path) -> int:
-    return int(max(DeltaTable(str(src)).to_pyarrow_table().column("id").to_pylist()))
+def newest_id(src: str) -> int:
+    return int(max(DeltaTable(src).to_pyarrow_table().column("id").to_pylist()))
 
 
-def test_changefeed_polls_to_delta_continue_exactly(tmp_path: Path, lakehouse: Path) -> None:
+def test_changefeed_polls_to_delta_continue_exactly(tmp_path: Path, any_lakehouse: Path) -> None:
+    """On both back ends: a local lakehouse and one on the S3 server."""
+    lakehouse = any_lakehouse
     src = cdf_table(lakehouse)
-    out = lakehouse / "audit" / "orders"
+    out = table_at(lakehouse, "audit/orders")
     env = changefeed_env(tmp_path, lakehouse)
     feed = ["--table", "silver/orders", "--to", "delta:audit/orders", "--poll-interval", "200ms"]
 
@@ -168,7 +170,7 @@ def test_changefeed_polls_to_delta_continue_exactly(tmp_path: Path, lakehouse: P
     assert_exactly(output_changes(out), expected_changes(src))
     more_appends(src, newest_id(src) + 1, 2, rows=10)
     second = changefeed([*feed, "--polls", "6"], env, tmp_path / "run2.log")
-    version = DeltaTable(str(src)).version()
+    version = DeltaTable(src).version()
     assert (
         f"resuming changefeed of silver/orders at version {version - 1} (recorded by the previous run's"
         in second

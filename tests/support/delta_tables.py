@@ -31,10 +31,29 @@ class StoredTable(PosixPath):
         table.options = dict(options)
         return table
 
+    @property
+    def env(self) -> dict[str, str]:
+        """What a ``lakestream`` process needs to reach it: the AWS variables its options name."""
+        return dict(self.options)
+
 
 def table_uri(table: Path) -> str:
     """The URI a writer of ``table`` gets: its object-store URI, or the local path."""
     return table.uri if isinstance(table, StoredTable) else str(table)
+
+
+def lakehouse_env(lakehouse: Path) -> dict[str, str]:
+    """The environment of a ``lakestream`` process whose lakehouse root is ``lakehouse``."""
+    if isinstance(lakehouse, StoredTable):
+        return {"LAKESTREAM__LAKEHOUSE__ROOT": lakehouse.uri, **lakehouse.env}
+    return {"LAKESTREAM__LAKEHOUSE__ROOT": str(lakehouse)}
+
+
+def table_at(lakehouse: Path, name: str) -> str:
+    """The URI of table ``name`` (``silver/orders``) under the lakehouse root ``lakehouse``."""
+    if isinstance(lakehouse, StoredTable):
+        return f"{lakehouse.uri}/{name}"
+    return str(lakehouse / name)
 
 
 def table_options(table: Path) -> dict[str, str] | None:

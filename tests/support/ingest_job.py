@@ -12,6 +12,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from devtools.kafka_broker import create_topic
+from tests.support.delta_tables import lakehouse_env
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ("orders_db", "payments", "logistics", "behaviour")
@@ -36,7 +37,7 @@ def setup_topics(
         "LAKESTREAM__KAFKA__BOOTSTRAP_SERVERS": kafka,
         "LAKESTREAM__KAFKA__GROUP_ID": run,
         **{f"LAKESTREAM__KAFKA__TOPICS__{s.upper()}": t for s, t in topics.items()},
-        "LAKESTREAM__LAKEHOUSE__ROOT": str(lakehouse),
+        **lakehouse_env(lakehouse),
         "LAKESTREAM__FLINK__CHECKPOINT_DIR": str(tmp_path / "checkpoints"),
         "LAKESTREAM__FLINK__CHECKPOINT_INTERVAL": '"1s"',
         "LAKESTREAM__FLINK__PARALLELISM": "2",
