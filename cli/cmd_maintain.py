@@ -85,7 +85,7 @@ def cmd_vacuum(args: argparse.Namespace) -> int:
             )
         else:
             print(f"a run with --delete would be refused:\n{verdict.explain()}")
-    elif verdict.forced and (verdict.violated or verdict.readers_unknown):
+    elif verdict.forced and verdict.violated:
         print(f"forced past:\n{verdict.explain()}")
     return 0
 
@@ -101,9 +101,8 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     """Delete log files older than ``delta.logRetentionDuration``, unless a reader still needs them."""
     cfg, ref = _ref(args)
     result = operations.cleanup(ref, cfg, force=args.force)
-    removed = "some" if result.removed is None else str(result.removed)
     print(
-        f"cleanup {ref.name}: {removed} expired log file(s) deleted "
+        f"cleanup {ref.name}: {result.removed} expired log file(s) deleted "
         f"(delta.logRetentionDuration {format_duration(result.verdict.log_retention)})"
     )
     return 0

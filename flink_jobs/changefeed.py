@@ -102,11 +102,18 @@ def build_changefeed_job(
     schema = output_schema(read_schema, "cdf")
     extra: dict[str, str] = {}
     if restore_from:
-        extra["execution.state-recovery.path"] = Path(restore_from).resolve().as_uri()
         # The trigger ticks of an unbounded run and of a bounded one have different uids; their
         # positions mean nothing, so a restore across the two simply drops the old tick state.
         extra["execution.state-recovery.ignore-unclaimed-state"] = "true"
-    env = build_env(cfg.flink, checkpoint_dir=checkpoint_dir, extra=extra, run_id=run_id, kind="changefeed")
+    env = build_env(
+        cfg.flink,
+        checkpoint_dir=checkpoint_dir,
+        resume_from=restore_from or None,
+        extra=extra,
+        run_id=run_id,
+        kind="changefeed",
+        storage=cfg.storage,
+    )
     slug = table.strip("/").replace("/", "-").replace(":", "-")
     rows = delta_source(
         env,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from flink_jobs.changefeed import ChangefeedTarget, app_prefix, build_changefeed_job, resolve_table
@@ -23,7 +22,7 @@ from sources.source_errors import DeltaSourceError
 from storage.read_errors import DeltaReadError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from flink_jobs.resume import JobFolder, Lineage, StartPlan
+    from flink_jobs.resume import AnyJobFolder, Lineage, StartPlan
 
 
 @dataclass(frozen=True)
@@ -105,13 +104,13 @@ def run_changefeed(cfg: Config, run: ChangefeedRun) -> int:
     return 0
 
 
-def changefeed_start_plan(cfg: Config, run: ChangefeedRun, folder: JobFolder) -> StartPlan:
+def changefeed_start_plan(cfg: Config, run: ChangefeedRun, folder: AnyJobFolder) -> StartPlan:
     """Where the run starts: ``run.from_checkpoint``, else as ``flink_jobs.lifecycle.plan_run`` says, a
     lineage having ended when the audit table holds its end-of-input commit."""
-    from flink_jobs.resume import StartPlan
+    from flink_jobs.resume import StartPlan, location
 
     if run.from_checkpoint:
-        path = Path(run.from_checkpoint).resolve()
+        path = location(run.from_checkpoint)
         owner = next((lin for lin in folder.lineages() if lin.folder in path.parents), None)
         return StartPlan("restore", owner, path, "--from-checkpoint")
     target = run.target

@@ -117,7 +117,7 @@ def build_ingest_job(
     end_offsets: EndOffsets | None = None,
     start_offsets: EndOffsets | None = None,
     checkpoint_dir: str | None = None,
-    resume_from: Path | None = None,
+    resume_from: str | Path | None = None,
     job_name: str = JOB_NAME,
     run_id: str | None = None,
     watermark_seeds: Mapping[str, int] | None = None,
@@ -162,6 +162,7 @@ def build_ingest_job(
         state_backend="rocksdb",
         run_id=run_id,
         kind="ingest",
+        storage=cfg.storage,
     )
     seeds = dict(watermark_seeds or {})
     records = kafka_records(

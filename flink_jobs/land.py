@@ -68,7 +68,7 @@ def build_landing_job(
     end_offsets: EndOffsets | None = None,
     start_offsets: EndOffsets | None = None,
     checkpoint_dir: str | None = None,
-    resume_from: Path | None = None,
+    resume_from: str | Path | None = None,
     run_id: str | None = None,
 ) -> Any:
     """Assemble the landing graph and return its StreamExecutionEnvironment (not yet executed).
@@ -77,7 +77,12 @@ def build_landing_job(
     (``lakestream.progress``), where the next run starts (``start_offsets``).
     """
     env = build_env(
-        cfg.flink, checkpoint_dir=checkpoint_dir, resume_from=resume_from, run_id=run_id, kind="land"
+        cfg.flink,
+        checkpoint_dir=checkpoint_dir,
+        resume_from=resume_from,
+        run_id=run_id,
+        kind="land",
+        storage=cfg.storage,
     )
     records = kafka_records(
         env,

@@ -20,7 +20,7 @@ from lakestream.errors import FAILED, LakestreamError
 from sources.flink.kafka_input import EndOffsets, StartingOffsets, resolve_start_offsets, split_name
 
 if TYPE_CHECKING:  # pragma: no cover
-    from flink_jobs.resume import JobFolder, Lineage, StartPlan
+    from flink_jobs.resume import AnyJobFolder, Lineage, Location, StartPlan
 
 #: How a job's failure is put in the user's terms: the error to raise instead, or None to raise it as is.
 FailureTranslation = Callable[[Exception], Exception | None]
@@ -48,11 +48,23 @@ def broker(cfg: Config) -> str:
     return status.bootstrap_servers
 
 
-def job_folder(cfg: Config, job: str) -> JobFolder:
-    """The checkpoint folder of ``job`` (its lineages, ``flink_jobs.resume``)."""
-    from flink_jobs.resume import JobFolder
+def job_folder(cfg: Config, job: str) -> AnyJobFolder:
+    """The checkpoint folder of ``job`` (its lineages, ``flink_jobs.resume``).
 
-    return JobFolder(Path(cfg.flink.checkpoint_dir) / job.replace("/", "-"))
+    On an object store it is listed once here, so that a missing bucket, wrong credentials or an
+    unreachable endpoint stop the run with the fix before anything else is done.
+    """
+    from flink_jobs.resume import JobFolder, StoreJobFolder, StorePath
+    from runtime.flink_env import on_object_store
+    from storage.object_store import delta_options
+
+    name = job.replace("/", "-")
+    if on_object_store(cfg.flink.checkpoint_dir):
+        root = StorePath(cfg.flink.checkpoint_dir.rstrip("/"))
+        folder = StoreJobFolder(root / name, delta_options(cfg.storage))
+        folder.probe()
+        return folder
+    return JobFolder(Path(cfg.flink.checkpoint_dir) / name)
 
 
 def detached(result: Any) -> bool:
@@ -62,7 +74,7 @@ def detached(result: Any) -> bool:
 
 
 def plan_run(
-    folder: JobFolder, *, fresh: bool, bounded: bool, kafka: bool, tables: Iterable[tuple[str, str]]
+    folder: AnyJobFolder, *, fresh: bool, bounded: bool, kafka: bool, tables: Iterable[tuple[str, str]]
 ) -> StartPlan:
     """Where a run of the job in ``folder`` starts (``flink_jobs.resume.plan_start``).
 
@@ -89,7 +101,7 @@ def plan_run(
 
 def run_lineage(
     cfg: Config,
-    folder: JobFolder,
+    folder: AnyJobFolder,
     plan: StartPlan,
     *,
     job_name: str,
@@ -143,7 +155,7 @@ def execute(env: Any, name: str, cfg: Config, failure: FailureTranslation) -> An
 
 
 def refused_checkpoint(
-    checkpoint: Path | None, command: str, *, completing: str | None = None
+    checkpoint: Location | None, command: str, *, completing: str | None = None
 ) -> FailureTranslation:
     """Flink refusing ``checkpoint`` for state the graph has no place for, as the error with the way on
     (``flink_jobs.resume.unrestorable``); no other failure is translated."""
@@ -208,7 +220,7 @@ def run_kafka_job(cfg: Config, job: KafkaJob, *, bounded: bool, fresh: bool, com
     tables = [(t.table.table_uri, t.app_prefix) for t in job.tables]
     plan = plan_run(folder, fresh=fresh, bounded=bounded, kafka=True, tables=tables)
     if plan.action == "complete":
-        _complete_bounded_run(cfg, job, plan, bootstrap, command)
+        _complete_bounded_run(cfg, job, folder, plan, bootstrap, command)
         plan = resume.StartPlan("new", reason="the previous bounded run is complete now")
     elif plan.action == "settle":
         assert plan.lineage is not None and plan.checkpoint is not None
@@ -275,14 +287,15 @@ def run_kafka_job(cfg: Config, job: KafkaJob, *, bounded: bool, fresh: bool, com
     return 0
 
 
-def _complete_bounded_run(cfg: Config, job: KafkaJob, plan: StartPlan, bootstrap: str, command: str) -> None:
+def _complete_bounded_run(
+    cfg: Config, job: KafkaJob, folder: AnyJobFolder, plan: StartPlan, bootstrap: str, command: str
+) -> None:
     """Finish an interrupted bounded run exactly as it was defined: same run id, parallelism, ends.
 
     Some writers committed their end of input and others did not. Restored from the run's newest
     checkpoint (or, without one, replayed from where the run started), every writer that committed its
     end stages nothing more (its input is in) and the others commit theirs: exact (DESIGN.md section 9).
     """
-    from flink_jobs.resume import job_folder_of
     from lakestream.progress import ResumeError
     from sources.flink.kafka_input import commit_group_offsets, parse_split
 
@@ -303,7 +316,6 @@ def _complete_bounded_run(cfg: Config, job: KafkaJob, plan: StartPlan, bootstrap
         f"({plan.reason})",
         flush=True,
     )
-    folder = job_folder_of(lineage)
     folder.prune(lineage, keep_checkpoint=plan.checkpoint)
     seeds = lineage.start.get("watermarks", {})
     options: dict[str, Any] = {"watermark_seeds": seeds} if job.watermarks else {}

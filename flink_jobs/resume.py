@@ -6,6 +6,9 @@ ends by itself leaves no checkpoint, so its output's committed position (``lakes
 the record. :func:`plan_start` chooses between restoring the newest lineage's checkpoint, completing an
 unfinished bounded lineage, settling a killed unbounded one into the tables, and a new lineage at the
 recorded position. The rules and their order: DESIGN.md section 9.
+
+The job folder is a local folder (:class:`JobFolder`) or a prefix on an object store
+(:class:`StoreJobFolder`, ``flink.checkpoint_dir = "s3://..."``); both hold the same layout.
 """
 
 from __future__ import annotations
@@ -16,16 +19,20 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
+
+import obstore
 
 from lakestream.progress import ResumeError
-from runtime.flink_env import latest_checkpoint
+from runtime.flink_env import latest_checkpoint, on_object_store
 from sinks.ownership import EOI_CHECKPOINT_ID
 from sinks.staging import app_id_for
 from storage.local_files import atomic_write_text
+from storage.object_store import store_error
+from storage.table_files import FileInfo, table_files
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +40,49 @@ LINEAGE_FILE = "lineage.json"
 LINEAGE_FORMAT = 1
 #: Name prefix of a folder renamed aside to be removed.
 _TRASH = ".removing-"
+#: The object that marks a folder on an object store as being removed (a store cannot rename).
+REMOVING_MARKER = ".removing"
+
+_T = TypeVar("_T")
+
+
+class StorePath(str):
+    """A folder on an object store, spelled as its URI (``s3://bucket/prefix``, no trailing slash), with the
+    few path operations a job folder uses. A ``str``, so it goes wherever Flink takes a checkpoint path."""
+
+    __slots__ = ()
+
+    def __truediv__(self, name: str) -> StorePath:
+        return StorePath(f"{self}/{name}")
+
+    @property
+    def name(self) -> str:
+        """The last part."""
+        return self.rsplit("/", 1)[1]
+
+    @property
+    def parent(self) -> StorePath:
+        """The folder above (the bucket ``s3://bucket`` is the top)."""
+        return StorePath(self.rsplit("/", 1)[0])
+
+    @property
+    def parents(self) -> list[StorePath]:
+        """Every folder above, nearest first, down to the bucket."""
+        out: list[StorePath] = []
+        at = self
+        while at.count("/") > 2:
+            at = at.parent
+            out.append(at)
+        return out
+
+
+#: A job folder, a lineage's folder or a checkpoint: local, or on an object store.
+Location = Path | StorePath
+
+
+def location(text: str) -> Location:
+    """The folder ``text`` names: a :class:`StorePath` for ``s3://...``, else a local path made absolute."""
+    return StorePath(text.rstrip("/")) if on_object_store(text) else Path(text).resolve()
 
 
 def new_run_id() -> str:
@@ -44,7 +94,7 @@ def new_run_id() -> str:
 class Lineage:
     """One lineage of a job: ``lineage.json`` in its folder."""
 
-    folder: Path
+    folder: Location
     #: The sinks' run id; None for a lineage continued from a checkpoint of an earlier version's layout
     #: (its run id is only in the checkpoint's state).
     run_id: str | None
@@ -74,8 +124,16 @@ class Lineage:
         """The lineage of ``folder``, None when it has no (readable) ``lineage.json``."""
         path = folder / LINEAGE_FILE
         try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            return cls.parse(folder, path.read_text(encoding="utf-8"))
+        except OSError:
+            return None
+
+    @classmethod
+    def parse(cls, folder: Location, text: str) -> Lineage | None:
+        """The lineage of ``folder`` whose ``lineage.json`` says ``text``; None when it is not one."""
+        try:
+            doc = json.loads(text)
+        except ValueError:
             return None
         if not isinstance(doc, dict) or doc.get("format") != LINEAGE_FORMAT:
             return None
@@ -133,19 +191,16 @@ class JobFolder:
     def _legacy_folders(self) -> list[Path]:
         return [d for d in self._folders() if not (d / LINEAGE_FILE).exists() and any(d.glob("chk-*"))]
 
-    def checkpoint(self, lineage: Lineage) -> Path | None:
+    def checkpoint(self, lineage: Lineage) -> Location | None:
         """The newest completed checkpoint of ``lineage`` (its own, else the one it continues from)."""
-        own = latest_checkpoint(lineage.folder)
-        if own is not None:
-            return own
-        if lineage.restored_from and (Path(lineage.restored_from) / "_metadata").is_file():
-            return Path(lineage.restored_from)
-        return None
+        own = latest_checkpoint(_local(lineage.folder))
+        return own if own is not None else _continued_checkpoint(lineage.restored_from)
 
     def begin(self, lineage: Lineage) -> None:
         """Record ``lineage`` (its current run) before the job is submitted."""
-        lineage.folder.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(lineage.folder / LINEAGE_FILE, lineage.to_json())
+        folder = _local(lineage.folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(folder / LINEAGE_FILE, lineage.to_json())
 
     def finish(self, lineage: Lineage) -> None:
         """The lineage's run ended by itself and everything it wrote is committed: its folder goes, and
@@ -155,9 +210,9 @@ class JobFolder:
             for d in self._legacy_folders():
                 if d in origin.parents:
                     _remove(d)
-        _remove(lineage.folder)
+        _remove(_local(lineage.folder))
 
-    def prune(self, keep: Lineage, *, keep_checkpoint: Path | None = None) -> None:
+    def prune(self, keep: Lineage, *, keep_checkpoint: Location | None = None) -> None:
         """Remove what ``keep`` supersedes: other lineages, older-layout checkpoints, and the Flink job
         folders of ``keep`` other than the one holding ``keep_checkpoint`` (a restore in Flink's default
         NO_CLAIM mode never depends on an older job's files once its own first checkpoint exists)."""
@@ -165,14 +220,20 @@ class JobFolder:
             return
         for lin in self.lineages():
             if lin.folder != keep.folder:
-                _remove(lin.folder)
+                _remove(_local(lin.folder))
         for d in self._legacy_folders():
             if keep_checkpoint is None or d not in keep_checkpoint.parents:
                 _remove(d)
         if keep_checkpoint is not None and keep.folder in keep_checkpoint.parents:
-            for d in keep.folder.iterdir():
+            for d in _local(keep.folder).iterdir():
                 if d.is_dir() and d not in keep_checkpoint.parents:
                     _remove(d)
+
+
+def _local(folder: Location) -> Path:
+    """A folder of a :class:`JobFolder`, which are all local."""
+    assert isinstance(folder, Path), folder
+    return folder
 
 
 def _checkpoint_order(path: Path) -> tuple[float, int]:
@@ -188,6 +249,147 @@ def _remove(path: Path) -> None:
     shutil.rmtree(trash, ignore_errors=True)
 
 
+class StoreJobFolder:
+    """The checkpoint folder of one job on an object store: the layout of :class:`JobFolder`, through obstore.
+
+    A store cannot rename, so a folder is removed by marking it first (``REMOVING_MARKER``), then
+    deleting its ``lineage.json``, its other objects and the mark last: from the mark on it is no
+    lineage, and a removal a crash interrupted is finished at the next look. Checkpoints of an earlier
+    version's layout are local only. Every request that fails raises the store's error with the fix
+    (``storage.object_store.store_error``), so a missing bucket, wrong credentials or an unreachable
+    endpoint stop the run before the job is submitted (:meth:`probe`).
+    """
+
+    def __init__(self, root: StorePath, options: Mapping[str, str] | None = None) -> None:
+        self.root = root
+        self._options = dict(options or {})
+        self._files = table_files(root.parent, self._options)
+
+    def _call(self, request: Callable[..., _T], *args: Any) -> _T:
+        """``request(*args)``, a failure as the store's error with the fix."""
+        try:
+            return request(*args)
+        except (obstore.exceptions.BaseError, OSError) as exc:
+            raise store_error(exc, self.root) from None
+
+    def _key(self, where: StorePath) -> str:
+        """``where`` as a path of the store client (rooted at the job folder's parent)."""
+        return where[len(self.root.parent) + 1 :]
+
+    def _list(self, folder: StorePath) -> list[FileInfo]:
+        """Every object under ``folder``, with paths relative to it."""
+        key = self._key(folder)
+        found = self._call(self._files.list, key)
+        return [replace(f, path=f.path[len(key) + 1 :]) for f in found]
+
+    def probe(self) -> None:
+        """List the job folder once: a store that cannot be used fails now, with the fix."""
+        self._list(self.root)
+
+    def _folders(self) -> list[StorePath]:
+        """The lineages' folders; a folder marked as being removed is removed now."""
+        lineages, removing = set(), set()
+        for f in self._list(self.root):
+            name, _, rest = f.path.partition("/")
+            if rest == LINEAGE_FILE:
+                lineages.add(name)
+            elif rest == REMOVING_MARKER:
+                removing.add(name)
+        for name in sorted(removing):
+            self._remove(self.root / name)
+        return [self.root / name for name in sorted(lineages - removing)]
+
+    def lineages(self) -> list[Lineage]:
+        """Every lineage, oldest first."""
+        found = []
+        for d in self._folders():
+            text = self._call(self._files.read, f"{self._key(d)}/{LINEAGE_FILE}")
+            lin = None if text is None else Lineage.parse(d, text.decode("utf-8"))
+            if lin is not None:
+                found.append(lin)
+        return sorted(found, key=lambda lin: (lin.created_ms, lin.folder.name))
+
+    def newest(self) -> Lineage | None:
+        """The lineage of the latest run (the others are superseded by it)."""
+        lineages = self.lineages()
+        return lineages[-1] if lineages else None
+
+    def legacy_checkpoint(self) -> None:
+        """None: an earlier version's layout is local only."""
+        return None
+
+    def _latest_checkpoint(self, folder: StorePath) -> StorePath | None:
+        """The newest completed checkpoint under ``folder`` (``chk-N`` with ``_metadata``, written last),
+        in the order of :func:`runtime.flink_env.latest_checkpoint`: modification time, then N."""
+        done = []
+        for f in self._list(folder):
+            parts = f.path.split("/")
+            if len(parts) >= 2 and parts[-1] == "_metadata" and parts[-2].startswith("chk-"):
+                where = StorePath("/".join([folder, *parts[:-1]]))
+                done.append((f.modified_ms, int(parts[-2].split("-")[1]), where))
+        return max(done, key=lambda c: c[:2])[2] if done else None
+
+    def checkpoint(self, lineage: Lineage) -> Location | None:
+        """The newest completed checkpoint of ``lineage`` (its own, else the one it continues from)."""
+        assert isinstance(lineage.folder, StorePath), lineage.folder
+        own = self._latest_checkpoint(lineage.folder)
+        return own if own is not None else _continued_checkpoint(lineage.restored_from, self._options)
+
+    def begin(self, lineage: Lineage) -> None:
+        """Record ``lineage`` (its current run) before the job is submitted: one PUT, whole or not at all."""
+        assert isinstance(lineage.folder, StorePath), lineage.folder
+        key = f"{self._key(lineage.folder)}/{LINEAGE_FILE}"
+        self._call(self._files.write_atomic, key, lineage.to_json().encode("utf-8"))
+
+    def finish(self, lineage: Lineage) -> None:
+        """The lineage's run ended by itself and everything it wrote is committed: its folder goes."""
+        assert isinstance(lineage.folder, StorePath), lineage.folder
+        self._remove(lineage.folder)
+
+    def prune(self, keep: Lineage, *, keep_checkpoint: Location | None = None) -> None:
+        """Remove what ``keep`` supersedes, as :meth:`JobFolder.prune` does: other lineages and the Flink
+        job folders of ``keep`` other than the one holding ``keep_checkpoint``."""
+        for d in self._folders():
+            if d != keep.folder:
+                self._remove(d)
+        if isinstance(keep.folder, StorePath) and isinstance(keep_checkpoint, StorePath):
+            if keep.folder in keep_checkpoint.parents:
+                jobs = {f.path.split("/")[0] for f in self._list(keep.folder) if "/" in f.path}
+                for name in sorted(jobs):
+                    if keep.folder / name not in keep_checkpoint.parents:
+                        self._remove(keep.folder / name)
+
+    def _remove(self, folder: StorePath) -> None:
+        """Remove every object under ``folder``: marked first, ``lineage.json`` next, the mark last."""
+        key = self._key(folder)
+        marker = f"{key}/{REMOVING_MARKER}"
+        self._call(self._files.write_atomic, marker, b"")
+        self._call(self._files.delete, f"{key}/{LINEAGE_FILE}")
+        for f in self._list(folder):
+            if f.path not in (REMOVING_MARKER, LINEAGE_FILE):
+                self._call(self._files.delete, f"{key}/{f.path}")
+        self._call(self._files.delete, marker)
+
+
+def _continued_checkpoint(origin: str | None, options: Mapping[str, str] | None = None) -> Location | None:
+    """The checkpoint a lineage continues from (``restored_from``: local or on an object store), if it
+    completed (has ``_metadata``)."""
+    if not origin:
+        return None
+    if not on_object_store(origin):
+        return Path(origin) if (Path(origin) / "_metadata").is_file() else None
+    where = StorePath(origin.rstrip("/"))
+    try:
+        found = table_files(where, options).info("_metadata")
+    except (obstore.exceptions.BaseError, OSError) as exc:
+        raise store_error(exc, where) from None
+    return where if found is not None else None
+
+
+#: The checkpoint folder of one job, local or on an object store.
+AnyJobFolder = JobFolder | StoreJobFolder
+
+
 Action = Literal["restore", "complete", "settle", "new"]
 
 
@@ -199,7 +401,7 @@ class StartPlan:
     #: restore/complete/settle: the lineage continued or closed; new: None.
     lineage: Lineage | None = None
     #: restore (always), settle (always), complete (when it has one): the checkpoint used.
-    checkpoint: Path | None = None
+    checkpoint: Location | None = None
     #: Why, in words, for the run's first line of output.
     reason: str = ""
 
@@ -208,7 +410,7 @@ def plan_start(
     *,
     fresh: bool,
     newest: Lineage | None,
-    checkpoint: Path | None,
+    checkpoint: Location | None,
     legacy: Path | None,
     ended: bool,
     bounded: bool,
@@ -261,7 +463,7 @@ _UNMAPPED_STATE = re.compile(r"Cannot map checkpoint/savepoint state for operato
 
 
 def unrestorable(
-    exc: BaseException, checkpoint: Path, command: str, *, completing: str | None = None
+    exc: BaseException, checkpoint: Location, command: str, *, completing: str | None = None
 ) -> ResumeError | None:
     """The error to show when ``exc`` is Flink refusing ``checkpoint`` for state this graph cannot take.
 
@@ -300,12 +502,12 @@ def unrestorable(
     )
 
 
-def checkpoint_id(checkpoint: Path) -> int:
+def checkpoint_id(checkpoint: Location) -> int:
     """The id of a checkpoint folder ``chk-N``."""
     return int(checkpoint.name.split("-")[1])
 
 
-def settle(specs: Iterable[Any], lineage: Lineage, checkpoint: Path) -> None:
+def settle(specs: Iterable[Any], lineage: Lineage, checkpoint: Location) -> None:
     """Do what a restore of ``checkpoint`` would do first in every writer of ``lineage``, here.
 
     Each table's writers get OPEN(r) for r = the checkpoint's id, at the lineage's widest parallelism
@@ -384,7 +586,7 @@ def table_txn_version(uri: str, app_id: str) -> int | None:
 
 
 def lineage_for_run(
-    folder: JobFolder,
+    folder: AnyJobFolder,
     plan: StartPlan,
     *,
     bounded: bool,
@@ -424,18 +626,17 @@ def lineage_for_run(
     )
 
 
-def job_folder_of(lineage: Lineage) -> JobFolder:
-    """The job folder ``lineage`` lives in."""
-    return JobFolder(lineage.folder.parent)
-
-
 __all__ = [
+    "AnyJobFolder",
     "JobFolder",
     "Lineage",
+    "Location",
     "StartPlan",
+    "StoreJobFolder",
+    "StorePath",
     "lineage_ended",
-    "job_folder_of",
     "lineage_for_run",
+    "location",
     "new_run_id",
     "plan_start",
     "settle",

@@ -163,6 +163,8 @@ class FlinkConfig:
     #: the event rate times ``event_time.dedup_ttl``), hashmap for land and changefeed (a few offsets).
     state_backend: Literal["default", "rocksdb", "hashmap"] = "default"
     checkpoint_interval: timedelta = timedelta(seconds=10)
+    #: A local folder, or ``s3://bucket/prefix`` on the store of ``[storage]`` (Flink's S3 plugin, built by
+    #: ``make jvm``; docs/object-storage.md).
     checkpoint_dir: str = ".lakestream/checkpoints"
     restart_attempts: int = 3
     restart_delay: timedelta = timedelta(seconds=1)
@@ -223,6 +225,12 @@ class FlinkConfig:
     def __post_init__(self) -> None:
         """Reject sizes the JVM operators would refuse only once the job runs."""
         parse_port_range(self.prometheus_port, key="flink.prometheus_port")
+        scheme, sep, _ = self.checkpoint_dir.partition("://")
+        if sep and scheme != "s3":
+            raise ConfigError(
+                f"flink.checkpoint_dir: a local folder or an s3:// URI (Flink's S3 plugin), got "
+                f"{self.checkpoint_dir!r}"
+            )
         if self.batch_size < 1:
             raise ConfigError(f"flink.batch_size: must be at least 1 record, got {self.batch_size}")
         if not 1 <= self.parallelism <= self.max_parallelism <= 32768:

@@ -22,6 +22,11 @@ FLINK_LIB_DIR: Path = JVM_TARGET / "lib" / "flink"
 KAFKA_LIB_DIR: Path = JVM_TARGET / "lib" / "kafka"
 #: S3Proxy and its runtime dependencies, for the local S3-compatible server (``jvm/s3proxy/pom.xml``).
 S3PROXY_LIB_DIR: Path = JVM_TARGET / "lib" / "s3proxy"
+#: Flink plugins of the local MiniCluster, in Flink's layout (one folder per plugin), as a cluster keeps
+#: them in ``$FLINK_HOME/plugins``.
+PLUGINS_DIR: Path = JVM_TARGET / "plugins"
+#: Flink's S3 file system plugin (``flink-s3-fs-presto``), for checkpoints on an object store.
+S3_PLUGIN_DIR: Path = PLUGINS_DIR / "s3-fs-presto"
 #: Runtime state of the local services (broker and S3 data, cluster logs, pid and state files).
 STATE_DIR: Path = Path(os.environ.get("LAKESTREAM_STATE_DIR", PROJECT_ROOT / ".lakestream"))
 #: Caches shared by every project and run of this user (the local JVM's class-data archives):
@@ -43,6 +48,16 @@ def require_jvm_build() -> None:
         raise MissingBuildError(
             f"missing JVM build outputs: {names}. Run `make jvm` (or `mvn -q -f jvm/pom.xml package`)."
         )
+
+
+def require_s3_plugin() -> Path:
+    """The S3 plugin's folder, or the fix when the Maven build has not put its jar there."""
+    if not any(S3_PLUGIN_DIR.glob("flink-s3-fs-presto-*.jar")):
+        raise MissingBuildError(
+            f"flink.checkpoint_dir is on S3 but Flink's S3 plugin is missing from {S3_PLUGIN_DIR}. "
+            "Run `make jvm` (or `mvn -q -f jvm/pom.xml package`)."
+        )
+    return S3_PLUGIN_DIR
 
 
 def flink_jars() -> list[Path]:

@@ -16,16 +16,16 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from pathlib import Path
 from typing import Literal
 
 import pyarrow as pa
 
 from lakestream.config import Config, MaintenanceConfig
-from maintenance.facts import TableRef, last_checkpoint_version, now_ms, resolve_table, table_folders
+from maintenance.facts import TableRef, last_checkpoint_version, now_ms, resolve_table, tables_under
 from maintenance.maintenance_errors import MaintenanceError
 from maintenance.operations import checkpoint, cleanup, open_table, optimize, vacuum
 from storage.retry_policy import RetryPolicy
+from storage.table_files import table_files
 
 log = logging.getLogger(__name__)
 
@@ -129,11 +129,8 @@ def table_state(ref: TableRef, settings: MaintenanceConfig) -> TableState:
 
 
 def find_tables(root: str) -> list[str]:
-    """Names (relative to ``root``) of the Delta tables under a local lakehouse root."""
-    base = Path(root)
-    if "://" in root or not base.is_dir():
-        return []
-    return [p.relative_to(base).as_posix() for p in table_folders(base)]
+    """Names (relative to ``root``) of the Delta tables under a lakehouse root, local or on a store."""
+    return [name or "." for name in tables_under(table_files(root))]
 
 
 @dataclass
@@ -206,8 +203,7 @@ class Maintainer:
                     f"{len(done.files)} removed files deleted"
                 )
             cleaned = cleanup(ref, self.cfg)
-            removed = "?" if cleaned.removed is None else str(cleaned.removed)
-            return f"{ref.name}: log cleanup: {removed} expired log files deleted"
+            return f"{ref.name}: log cleanup: {cleaned.removed} expired log files deleted"
         except MaintenanceError as exc:
             return f"{ref.name}: {action.kind} not done: {exc}"
 

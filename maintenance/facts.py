@@ -1,8 +1,9 @@
-"""Gather what the retention rules look at from a table folder: staged work, readers, versions.
+"""Gather what the retention rules look at from a table's files: staged work, readers, versions.
 
-Reads only: the sinks' manifests under ``_lakestream/manifests`` (every app prefix), the readers'
-position records under ``_lakestream/readers`` and the commit times of the log. The rules themselves
-are pure (``maintenance.retention``).
+Reads only, through ``storage.table_files`` (a local folder or an object store alike): the sinks'
+manifests under ``_lakestream/manifests`` (every app prefix), the readers' position records under
+``_lakestream/readers`` and the commit times of the log; and finds the tables under a lakehouse root.
+The rules themselves are pure (``maintenance.retention``).
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from maintenance.retention import (
     protected_files,
 )
 from sinks.staging import STAGING_ROOT, Manifest, StagingArea
-from storage.delta_log import DeltaLog, is_local_uri, local_path
+from storage.delta_log import LOG_DIR, DeltaLog
 from storage.reader_positions import read_records
+from storage.table_files import LocalTableFiles, TableFiles, table_files
 
 #: Flink's default checkpoint timeout: a checkpoint that completes was started at most this long before.
 CHECKPOINT_TIMEOUT = timedelta(minutes=10)
@@ -40,10 +42,9 @@ class TableRef:
     name: str
     uri: str
 
-    @property
-    def local_root(self) -> Path | None:
-        """The table folder on the local file system; None for object stores."""
-        return Path(local_path(self.uri)) if is_local_uri(self.uri) else None
+    def files(self) -> TableFiles:
+        """The table's files (an object store's settings come from the environment, as delta-rs')."""
+        return table_files(self.uri)
 
 
 def resolve_table(cfg: Config, name: str) -> TableRef:
@@ -53,12 +54,26 @@ def resolve_table(cfg: Config, name: str) -> TableRef:
     return TableRef(name, cfg.lakehouse.table_uri(name))
 
 
+def tables_under(root: TableFiles) -> list[str]:
+    """Every folder under ``root`` that holds a ``_delta_log`` (relative, ``/``-separated; "" for the
+    root itself), sorted, except those inside another table's folder (a fold's staging folder,
+    ``merge_on_read.fold_changes``, while it runs): a walk that lists folders only, and stops at tables,
+    so a table's own files are never listed."""
+    found: list[str] = []
+    pending = [""]
+    while pending:
+        folder = pending.pop()
+        folders = root.list_folders(folder)
+        if LOG_DIR in folders:
+            found.append(folder)
+        else:
+            pending.extend(f"{folder}/{name}" if folder else name for name in folders)
+    return sorted(found, key=lambda name: name.split("/"))
+
+
 def table_folders(base: Path) -> list[Path]:
-    """Every folder under ``base`` that holds a ``_delta_log``, sorted, except those inside another
-    table's folder (a fold's staging folder, ``merge_on_read.fold_changes``, while it runs)."""
-    found = sorted(p.parent for p in base.rglob("_delta_log") if p.is_dir())
-    tables = set(found)
-    return [t for t in found if not any(parent in tables for parent in t.parents)]
+    """:func:`tables_under` a local folder, as paths."""
+    return [base / name for name in tables_under(LocalTableFiles(base))]
 
 
 def now_ms() -> int:
@@ -66,26 +81,22 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def manifests(root: Path) -> list[Manifest]:
-    """Every manifest of every app prefix staged in the table folder."""
-    base = root / STAGING_ROOT / "manifests"
-    if not base.is_dir():
-        return []
+def manifests(files: TableFiles | Path) -> list[Manifest]:
+    """Every manifest of every app prefix staged in the table (a path: a local table folder)."""
+    files = LocalTableFiles(files) if isinstance(files, Path) else files
     out: list[Manifest] = []
-    for prefix_dir in sorted(p for p in base.iterdir() if p.is_dir()):
-        out.extend(StagingArea(root, unquote(prefix_dir.name)).list_all())
+    for prefix in files.list_folders(f"{STAGING_ROOT}/manifests"):
+        out.extend(StagingArea(files, unquote(prefix)).list_all())
     return out
 
 
-def _listing(root: Path, folders: Iterator[str]) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for folder in folders:
-        path = root if folder in ("", ".") else root / folder
-        out[folder] = sorted(p.name for p in path.iterdir() if p.is_file()) if path.is_dir() else []
-    return out
+def _listing(files: TableFiles, folders: Iterator[str]) -> dict[str, list[str]]:
+    return {
+        folder: [f.path.rpartition("/")[2] for f in files.list(folder, recursive=False)] for folder in folders
+    }
 
 
-def staged_files(root: Path) -> frozenset[str]:
+def staged_files(files: TableFiles) -> frozenset[str]:
     """Paths (relative to the table root) that sinks staged and still own."""
     work = [
         StagedWork(
@@ -94,10 +105,10 @@ def staged_files(root: Path) -> frozenset[str]:
             staging_dirs=m.staging_dirs,
             pending=m.state == "pending",
         )
-        for m in manifests(root)
+        for m in manifests(files)
     ]
     folders = {d for w in work if w.pending for d in w.staging_dirs}
-    return protected_files(work, _listing(root, iter(sorted(folders))))
+    return protected_files(work, _listing(files, iter(sorted(folders))))
 
 
 def restore_horizon(cfg: Config) -> timedelta:
@@ -107,11 +118,8 @@ def restore_horizon(cfg: Config) -> timedelta:
 
 
 def reader_needs(ref: TableRef, cfg: Config) -> tuple[ReaderNeed, ...]:
-    """Each recorded reader of a local table, with the oldest version it may still read and its time."""
-    root = ref.local_root
-    if root is None:
-        return ()
-    records = read_records(root)
+    """Each recorded reader of the table, with the oldest version it may still read and its time."""
+    records = read_records(ref.files())
     if not records:
         return ()
     log = DeltaLog(ref.uri)
@@ -136,14 +144,12 @@ def reader_needs(ref: TableRef, cfg: Config) -> tuple[ReaderNeed, ...]:
 
 def retention_facts(ref: TableRef, dt: DeltaTable, cfg: Config) -> RetentionFacts:
     """The facts ``maintenance.retention`` decides a VACUUM on, for the table at ``ref``."""
-    root = ref.local_root
     return RetentionFacts(
         now_ms=now_ms(),
         table_retention=deleted_file_retention(dt.metadata().configuration),
         checkpoint_interval=cfg.flink.checkpoint_interval,
         readers=reader_needs(ref, cfg),
-        readers_known=root is not None,
-        staged_files=staged_files(root) if root is not None else frozenset(),
+        staged_files=staged_files(ref.files()),
     )
 
 
@@ -152,13 +158,12 @@ def written_by_sink(ref: TableRef, dt: DeltaTable, *, merge_only: bool = False) 
 
     ``merge_only``: a sink that MERGEs into it (merge sources staged, or MERGE commits of the sink).
     """
-    root = ref.local_root
-    if root is not None:
-        staged = manifests(root)
-        if staged and (not merge_only or any(m.kind == "merge_source" for m in staged)):
-            return True
-        if (root / STAGING_ROOT / "staging").is_dir() and merge_only:
-            return True
+    files = ref.files()
+    staged = manifests(files)
+    if staged and (not merge_only or any(m.kind == "merge_source" for m in staged)):
+        return True
+    if merge_only and "staging" in files.list_folders(STAGING_ROOT):
+        return True
     for entry in dt.history(100):
         if "lakestream.appVersions" in entry and (not merge_only or entry.get("operation") == "MERGE"):
             return True
@@ -166,12 +171,9 @@ def written_by_sink(ref: TableRef, dt: DeltaTable, *, merge_only: bool = False) 
 
 
 def last_checkpoint_version(ref: TableRef) -> int | None:
-    """Version of the newest log checkpoint (``_delta_log/_last_checkpoint``); None: none, or not local."""
-    root = ref.local_root
-    if root is None:
-        return None
+    """Version of the newest log checkpoint (``_delta_log/_last_checkpoint``); None when there is none."""
+    data = ref.files().read(f"{LOG_DIR}/_last_checkpoint")
     try:
-        text = (root / "_delta_log" / "_last_checkpoint").read_text(encoding="utf-8")
-        return int(json.loads(text)["version"])
-    except (FileNotFoundError, ValueError, KeyError):
+        return None if data is None else int(json.loads(data)["version"])
+    except (ValueError, KeyError, TypeError):
         return None

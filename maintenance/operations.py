@@ -45,6 +45,7 @@ from maintenance.retention import (
     whole_hours,
 )
 from maintenance.rewrites import check_rewrite, find_commit, rewrite_lock
+from storage.delta_log import LOG_DIR
 from storage.parquet_encoding import writer_properties
 from storage.reader_positions import ReaderRecord, forget, read_records
 from storage.retry_policy import RetryPolicy
@@ -247,7 +248,8 @@ class CleanupResult:
     """What a log cleanup did."""
 
     verdict: CleanupVerdict
-    removed: int | None
+    #: Log files deleted.
+    removed: int
 
 
 def cleanup(ref: TableRef, cfg: Config, *, force: bool = False) -> CleanupResult:
@@ -261,24 +263,16 @@ def cleanup(ref: TableRef, cfg: Config, *, force: bool = False) -> CleanupResult
         table_log_retention=log_retention(dt.metadata().configuration),
         checkpoint_interval=cfg.flink.checkpoint_interval,
         readers=reader_needs(ref, cfg),
-        readers_known=ref.local_root is not None,
         force=force,
     )
     if not verdict.allowed:
         raise RefusedError(
             f"log cleanup of {ref.name} refused:\n{verdict.explain()}\nrun with --force to clean up anyway"
         )
-    root = ref.local_root
-    before = _log_files(ref)
+    files = ref.files()
+    before = len(files.list(LOG_DIR, recursive=False))
     dt.cleanup_metadata()
-    return CleanupResult(verdict, None if root is None else before - _log_files(ref))
-
-
-def _log_files(ref: TableRef) -> int:
-    root = ref.local_root
-    if root is None:
-        return 0
-    return sum(1 for p in (root / "_delta_log").iterdir() if p.is_file())
+    return CleanupResult(verdict, before - len(files.list(LOG_DIR, recursive=False)))
 
 
 def _detail(entry: Mapping[str, Any]) -> str:
@@ -365,13 +359,13 @@ def restore(
     """
     dt = open_table(ref)
     target = resolve_restore_target(ref.uri, version=version, timestamp=timestamp)
-    root = ref.local_root
+    files = ref.files()
     verdict = restore_verdict(
         target_version=target,
         current_version=dt.version(),
         written_by_sink=written_by_sink(ref, dt),
-        staged_manifests=len(manifests(root)) if root is not None else 0,
-        readers=[r.reader for r in read_records(root)] if root is not None else [],
+        staged_manifests=len(manifests(files)),
+        readers=[r.reader for r in read_records(files)],
         force=force,
     )
     if not verdict.allowed:
@@ -451,19 +445,16 @@ class ReaderStatus:
 
 
 def readers(ref: TableRef, cfg: Config) -> list[ReaderStatus]:
-    """The recorded readers of a local table."""
-    root = ref.local_root
-    if root is None:
-        raise MaintenanceError(f"{ref.name}: reader positions are recorded for local tables only")
-    records = {r.reader: r for r in read_records(root)}
+    """The recorded readers of the table."""
+    records = {r.reader: r for r in read_records(ref.files())}
     return [ReaderStatus(records[n.reader], n.version, n.version_time_ms) for n in reader_needs(ref, cfg)]
 
 
 def forget_reader(ref: TableRef, reader: str) -> None:
     """Drop the position record of a reader that is gone for good (its needs no longer hold vacuum back)."""
-    root = ref.local_root
-    if root is None or not forget(root, reader):
-        known = [r.reader for r in read_records(root)] if root is not None else []
+    files = ref.files()
+    if not forget(files, reader):
+        known = [r.reader for r in read_records(files)]
         raise MaintenanceError(
             f"--forget {reader!r}: no such reader of {ref.name} (recorded: {', '.join(known) or 'none'})"
         )

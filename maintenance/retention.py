@@ -94,8 +94,6 @@ class RetentionFacts:
     table_retention: timedelta
     checkpoint_interval: timedelta
     readers: tuple[ReaderNeed, ...] = ()
-    #: False when reader positions cannot be seen (a table outside the local file system).
-    readers_known: bool = True
     #: Paths (relative to the table root) that sinks staged and have not committed.
     staged_files: frozenset[str] = frozenset()
 
@@ -169,7 +167,6 @@ class VacuumVerdict:
     violated: tuple[Requirement, ...]
     #: Files the VACUUM would delete that a sink staged and has not committed (never allowed).
     staged_in_the_way: tuple[str, ...]
-    readers_unknown: bool
     forced: bool
     #: Full mode below the jobs rule: a file staged after the check could already be old enough to go.
     full_below_jobs: bool = False
@@ -179,7 +176,7 @@ class VacuumVerdict:
         """True when the vacuum may run."""
         if self.staged_in_the_way or self.full_below_jobs:
             return False
-        return self.forced or not (self.violated or self.readers_unknown)
+        return self.forced or not self.violated
 
     @property
     def minimum_jobs_hours(self) -> int:
@@ -216,11 +213,6 @@ class VacuumVerdict:
                 f"retention {self.retention_hours}h is below {format_duration(r.minimum)} ({r.rule}): "
                 f"{r.why}; {r.fix}"
             )
-        if self.readers_unknown:
-            lines.append(
-                "the positions of Delta-source readers are recorded for local tables only, so this vacuum "
-                "cannot check that no changefeed still needs the files"
-            )
         return "\n".join(lines)
 
 
@@ -250,7 +242,6 @@ def vacuum_verdict(
         requirements=requirements,
         violated=violated,
         staged_in_the_way=staged,
-        readers_unknown=not facts.readers_known,
         forced=force,
         full_below_jobs=full and hours < whole_hours(jobs.minimum),
     )
@@ -262,13 +253,12 @@ class CleanupVerdict:
 
     log_retention: timedelta
     violated: tuple[Requirement, ...]
-    readers_unknown: bool
     forced: bool
 
     @property
     def allowed(self) -> bool:
         """True when the cleanup may run."""
-        return self.forced or not (self.violated or self.readers_unknown)
+        return self.forced or not self.violated
 
     def explain(self) -> str:
         """Why it is refused, one reason a line."""
@@ -277,8 +267,6 @@ class CleanupVerdict:
             f"{format_duration(r.minimum)} ({r.rule}): {r.why}; {r.fix}, or raise {LOG_RETENTION_KEY}"
             for r in self.violated
         ]
-        if self.readers_unknown:
-            lines.append("reader positions are recorded for local tables only: cannot check the changefeeds")
         return "\n".join(lines)
 
 
@@ -288,7 +276,6 @@ def cleanup_verdict(
     table_log_retention: timedelta,
     checkpoint_interval: timedelta,
     readers: Sequence[ReaderNeed],
-    readers_known: bool = True,
     force: bool = False,
 ) -> CleanupVerdict:
     """Decide a log cleanup: it deletes commit files older than the log retention (below the newest
@@ -309,7 +296,6 @@ def cleanup_verdict(
     return CleanupVerdict(
         log_retention=table_log_retention,
         violated=tuple(violated),
-        readers_unknown=not readers_known,
         forced=force,
     )
 

@@ -2,27 +2,24 @@
 
 delta-rs 1.6 does not detect two OPTIMIZE commits planned on one snapshot: both remove the same files
 with ``dataChange = false`` and both land, so the rewritten rows are in the table twice. lakestream's
-own rewrites therefore take an exclusive lock per table (``<table>/_lakestream/maintenance.lock``,
-``fcntl.flock``, local tables), and after each one ``duplicated_by`` checks the commits between its
-read version and its own for removes of the same files, which is how a rewrite by another engine or
-host racing it shows (DESIGN.md section 10).
+own rewrites therefore take an exclusive lock per table (``storage.table_lock``, beside the table, on a
+local disk or an object store), and after each one ``duplicated_by`` checks the commits between its
+read version and its own for removes of the same files, which is how a rewrite by another engine
+racing it shows (DESIGN.md section 10).
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import json
-import os
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
-from maintenance.facts import TableRef, now_ms
+from maintenance.facts import TableRef
 from maintenance.maintenance_errors import MaintenanceError
 from storage.delta_log import Commit, DeltaLog, commit_file
+from storage.table_lock import LockHeldError, TableLock
 
-LOCK_FILE = Path("_lakestream") / "maintenance.lock"
+#: The lock every lakestream rewrite of a table takes (``<table>/_lakestream/locks/maintenance/``).
+LOCK_NAME = "maintenance"
 
 
 class TableBusyError(MaintenanceError):
@@ -37,35 +34,23 @@ class DuplicatedRowsError(MaintenanceError):
 def rewrite_lock(ref: TableRef, operation: str, *, wait_s: float = 60.0) -> Iterator[None]:
     """Hold the table's maintenance lock for ``operation``; wait up to ``wait_s`` for another holder.
 
-    Object-store tables have no lock (see the README's limitations).
+    ``TableBusyError`` names the holder, and when it lets go at the latest.
     """
-    root = ref.local_root
-    if root is None:
-        yield
-        return
-    path = root / LOCK_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    lock = TableLock(ref.files(), LOCK_NAME)
     try:
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    holder = path.read_text(encoding="utf-8", errors="replace").strip() or "unknown"
-                    raise TableBusyError(
-                        f"{operation} of {ref.name}: another maintenance rewrite holds {path} ({holder}) for "
-                        f"more than {wait_s:.0f}s; two rewrites of one table at once would duplicate rows "
-                        "(delta-rs does not detect it). Wait for it to finish, or stop it."
-                    ) from None
-                time.sleep(0.1)
-        os.ftruncate(fd, 0)
-        os.write(fd, json.dumps({"pid": os.getpid(), "operation": operation, "since_ms": now_ms()}).encode())
+        held = lock.acquire(operation, wait_s=wait_s)
+    except LockHeldError as exc:
+        raise TableBusyError(
+            f"{operation} of {ref.name}: another maintenance rewrite holds {lock.where} for more than "
+            f"{wait_s:.0f}s: {exc.state.describe(lock.lease_ms)}. Two rewrites of one table at once would "
+            "duplicate rows (delta-rs does not detect it)",
+            fix="wait for it to finish and run again, or stop it; a holder stopped without letting go keeps "
+            "the lock until the time named, one on this host only while its process runs",
+        ) from None
+    try:
         yield
     finally:
-        os.close(fd)  # closing the descriptor releases the lock
+        held.release()
 
 
 def duplicated_by(ref: TableRef, version: int) -> list[tuple[int, str]]:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lakestream import paths
-from lakestream.config import FlinkConfig
+from lakestream.config import FlinkConfig, StorageConfig
 from lakestream.errors import LakestreamError
 from lakestream.time import parse_size
 from runtime import class_archive, jvm_scratch
@@ -119,6 +119,61 @@ def prometheus_settings(port: str) -> dict[str, str]:
     return {"metrics.reporter.prom.factory.class": PROMETHEUS_FACTORY, "metrics.reporter.prom.port": port}
 
 
+#: How a checkpoint folder on an object store begins; Flink's S3 plugin serves the scheme.
+S3_SCHEME = "s3://"
+
+
+def on_object_store(location: str | Path) -> bool:
+    """Whether a checkpoint folder (or a checkpoint to restore) is on an object store (``s3://``)."""
+    return isinstance(location, str) and location.startswith(S3_SCHEME)
+
+
+def checkpoint_uri(location: str | Path) -> str:
+    """``location`` as Flink takes a checkpoint folder: ``s3://...`` as it is, a local path as a file URI."""
+    if on_object_store(location):
+        return str(location).rstrip("/")
+    return Path(location).resolve().as_uri()
+
+
+def s3_plugin_settings(storage: StorageConfig) -> dict[str, str]:
+    """The S3 plugin's Flink options for ``[storage]``: where the store is and how to address it.
+
+    Never credentials: the plugin's AWS default chain reads ``AWS_ACCESS_KEY_ID`` /
+    ``AWS_SECRET_ACCESS_KEY`` (or a profile, or the host's role) itself, so no secret is ever part of a
+    Flink configuration, its log or a checkpoint. The plugin has no region option: with an endpoint the
+    AWS SDK signs for the region it reads from the endpoint's host name, without one it finds the
+    bucket's region itself. An empty ``storage.endpoint`` takes ``AWS_ENDPOINT_URL``, as delta-rs does.
+    """
+    out: dict[str, str] = {}
+    endpoint = storage.endpoint.strip() or os.environ.get("AWS_ENDPOINT_URL", "").strip()
+    if endpoint:
+        out["s3.endpoint"] = endpoint
+    if storage.path_style:
+        out["s3.path.style.access"] = "true"
+    return out
+
+
+def load_s3_plugin(j_conf: Any) -> None:
+    """Make Flink's S3 plugin serve ``s3://`` in this process's JVM (the local MiniCluster's).
+
+    A cluster's JobManagers and TaskManagers load ``$FLINK_HOME/plugins`` at start; a MiniCluster
+    never does (it initialises no file system with plugins). So, as a TaskManager does at start, the
+    file systems are initialised here with a plugin manager over ``paths.PLUGINS_DIR`` (each plugin in a
+    class loader of its own) and with ``j_conf`` (a Java ``Configuration``), which carries the plugin's
+    ``s3.*`` options.
+    """
+    from pyflink.java_gateway import get_gateway
+
+    paths.require_s3_plugin()
+    gateway = get_gateway()
+    jvm = gateway.jvm
+    root = jvm.java.nio.file.Paths.get(str(paths.PLUGINS_DIR), gateway.new_array(jvm.String, 0))
+    plugins = jvm.org.apache.flink.core.plugin.DirectoryBasedPluginFinder(root).findPlugins()
+    parent_first = jvm.org.apache.flink.configuration.CoreOptions.getPluginParentFirstLoaderPatterns(j_conf)
+    manager = jvm.org.apache.flink.core.plugin.DefaultPluginManager(plugins, parent_first)
+    jvm.org.apache.flink.core.fs.FileSystem.initialize(j_conf, manager)
+
+
 def execution_target(env: StreamExecutionEnvironment) -> str:
     """``execution.target`` of ``env``: ``local`` for a MiniCluster, ``remote`` under ``flink run -m``."""
     conf = env._j_stream_execution_environment.getConfiguration().toMap()
@@ -152,7 +207,6 @@ def flink_settings(
 
     ``state_backend`` is the job's choice when ``flink.state_backend`` is ``default``.
     """
-    ckpt = Path(checkpoint_dir or cfg.checkpoint_dir).resolve()
     backend = state_backend if cfg.state_backend == "default" else cfg.state_backend
     network_memory = local_network_memory(cfg)
     settings = {
@@ -170,7 +224,7 @@ def flink_settings(
         # RocksDB: upload only the new SST files at each checkpoint, so a checkpoint costs what changed
         # since the last one, not the whole state.
         "execution.checkpointing.incremental": str(backend == "rocksdb").lower(),
-        "execution.checkpointing.dir": ckpt.as_uri(),
+        "execution.checkpointing.dir": checkpoint_uri(checkpoint_dir or cfg.checkpoint_dir),
         "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
         "execution.checkpointing.mode": "EXACTLY_ONCE",
         # Keep checkpointing while some sources have finished, and take a final checkpoint at the end of
@@ -216,9 +270,11 @@ def latest_checkpoint(checkpoint_dir: str | Path) -> Path | None:
 
 
 def check_runtime(cfg: FlinkConfig) -> None:
-    """Refuse what would fail only once the job runs: no Java 17, thread mode. ``build_env`` calls it;
-    the CLI calls it first too, before it contacts the broker."""
+    """Refuse what would fail only once the job runs: no Java 17, thread mode, checkpoints on S3 without
+    Flink's S3 plugin. ``build_env`` calls it; the CLI calls it first too, before it contacts the broker."""
     require_java()
+    if on_object_store(cfg.checkpoint_dir):
+        paths.require_s3_plugin()
     if cfg.python_execution_mode == "thread":
         raise FlinkRuntimeError(
             "flink.python_execution_mode = 'thread' is not supported yet: PyFlink's embedded interpreter "
@@ -232,11 +288,12 @@ def build_env(
     *,
     jars: Sequence[Path] | None = None,
     checkpoint_dir: str | None = None,
-    resume_from: Path | None = None,
+    resume_from: str | Path | None = None,
     extra: dict[str, str] | None = None,
     state_backend: str = "hashmap",
     run_id: str | None = None,
     kind: str = "job",
+    storage: StorageConfig | None = None,
 ) -> StreamExecutionEnvironment:
     """A StreamExecutionEnvironment with lakestream's settings and jars.
 
@@ -245,7 +302,9 @@ def build_env(
     which is how a restarted process stays exactly once (see :func:`latest_checkpoint`). ``run_id``
     names the sinks' lineage on a fresh start (job parameter ``lakestream.run-id``; a restore keeps the
     lineage's own); without it a fresh start takes the Flink job id. ``kind`` names the kind of job for
-    the local JVM's class-data archive (``local_class_archive``).
+    the local JVM's class-data archive (``local_class_archive``). With the checkpoint folder or
+    ``resume_from`` on S3 the S3 plugin gets ``storage``'s settings (:func:`s3_plugin_settings`), and a
+    local MiniCluster loads it (:func:`load_s3_plugin`).
     """
     from pyflink.common import Configuration
     from pyflink.datastream import StreamExecutionEnvironment
@@ -269,10 +328,15 @@ def build_env(
         # A working folder chosen by the caller (``extra``, a patched ``flink_settings``) wins.
         settings.setdefault(ROCKSDB_LOCALDIR, str(scratch))
     if resume_from is not None:
-        settings["execution.state-recovery.path"] = Path(resume_from).resolve().as_uri()
+        settings["execution.state-recovery.path"] = checkpoint_uri(resume_from)
+    on_store = [d for d in (checkpoint_dir or cfg.checkpoint_dir, resume_from) if d and on_object_store(d)]
+    if on_store:
+        settings.update(s3_plugin_settings(storage or StorageConfig()))
     for key, value in {**settings, **(extra or {})}.items():
         conf.set_string(key, value)
     env = StreamExecutionEnvironment.get_execution_environment(conf)
+    if on_store and execution_target(env) == "local":
+        load_s3_plugin(conf._j_configuration)
     if run_id:
         env.get_config().set_global_job_parameters({RUN_ID_PARAMETER: run_id})
     if cfg.prometheus_port and execution_target(env) == "local":
@@ -451,3 +515,21 @@ def launch_gateway(jvm_options: Sequence[str], *, archive_kind: str | None = "jo
     for process in started:
         if process.stderr is not None:
             jvm_stderr.forward(process.stderr)
+    if started:
+        quiet_environment_logging()
+
+
+#: Beam's class that, closing a Python worker's environment, logs at INFO (and at WARN when that fails)
+#: the whole environment the worker was started with: every variable of the JVM's, the AWS secret key
+#: of an object store included.
+BEAM_ENVIRONMENT_LOGGER = "org.apache.beam.runners.fnexecution.control.DefaultJobBundleFactory"
+
+
+def quiet_environment_logging() -> None:
+    """Keep only the errors of ``BEAM_ENVIRONMENT_LOGGER`` in the local JVM's log, so that no secret of
+    its environment is written there (a cluster sets the same level in its log4j configuration:
+    docs/object-storage.md)."""
+    from pyflink.java_gateway import get_gateway
+
+    log4j = get_gateway().jvm.org.apache.logging.log4j
+    log4j.core.config.Configurator.setLevel(BEAM_ENVIRONMENT_LOGGER, log4j.Level.ERROR)

@@ -16,9 +16,10 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
 from lakestream.time import iso_utc, plain_utc
-from maintenance.facts import table_folders
+from maintenance.auto import find_tables
 from maintenance.maintenance_errors import MaintenanceError
 from storage.delta_log import commit_ms
+from storage.table_files import root_uri
 from storage.time_travel import OutOfReachError, open_table_at
 
 #: A version number or a time (UTC).
@@ -27,14 +28,6 @@ At = int | datetime
 
 class TimeTravelError(MaintenanceError):
     """An old version cannot be read; the message says which and why."""
-
-
-def find_tables(root: str | Path) -> list[Path]:
-    """Every table folder under ``root`` (``maintenance.facts.table_folders``), sorted by name."""
-    base = Path(root)
-    if not base.exists():
-        return []
-    return table_folders(base)
 
 
 def open_at(path: str | Path, at: At | None) -> DeltaTable:
@@ -71,48 +64,48 @@ def _scan(dt: DeltaTable, path: str | Path, limit: int | None = None) -> pa.Tabl
         ) from None
 
 
-def print_tables(root: str | Path, *, as_of: datetime | None = None) -> None:
+def print_tables(root: str, *, as_of: datetime | None = None) -> None:
     """Print ``name  rows  version`` for each table, names relative to the root (as of ``as_of``)."""
-    base = Path(root).resolve()
-    tables = find_tables(base)
-    if not tables:
+    base = root_uri(root)
+    names = find_tables(base)
+    if not names:
         print(f"no Delta tables under {base}")
         return
     when = "" if as_of is None else iso_utc(as_of)
     print(f"Delta tables under {base}" + (f" as of {when}:" if when else ":"))
-    for path in tables:
-        name = str(path.relative_to(base))
+    for name in names:
+        uri = base if name == "." else f"{base}/{name}"
         try:
-            rows, version = table_summary(path, as_of)
+            rows, version = table_summary(uri, as_of)
         except TimeTravelError:
             if as_of is None:
                 raise
             print(f"  {name:<32} {'-':>10}        no version at or before {when}")
             continue
         line = f"  {name:<32} {rows:>10} rows   version {version}"
-        print(line + ("" if as_of else freshness_note(base, path)))
+        changes = name + CHANGES_SUFFIX
+        print(line + ("" if as_of else freshness_note(uri, changes if changes in names else None)))
 
 
 #: A merge-on-read table ``X`` keeps its changes in ``X_changes`` (``tables.silver_layout``).
 CHANGES_SUFFIX = "_changes"
 
 
-def freshness_note(base: Path, path: Path) -> str:
+def freshness_note(uri: str, changes: str | None) -> str:
     """``   newest event ..., checkpoint ...`` from the table's commit metadata (``lakestream.freshness``),
-    and for the snapshot of a merge-on-read table how many change rows it does not hold yet."""
+    and for the snapshot of a merge-on-read table (``changes``: the name of its changes table, at
+    ``<uri>_changes``) how many change rows it does not hold yet."""
     from lakestream.freshness import describe, latest_freshness
 
-    text = describe(latest_freshness(DeltaTable(str(path)).history(limit=50)))
-    changes = path.with_name(path.name + CHANGES_SUFFIX)
-    if (changes / "_delta_log").is_dir():
+    text = describe(latest_freshness(DeltaTable(uri).history(limit=50)))
+    if changes is not None:
         from lakestream.silver import CHANGE_SEQ, SILVER_MOR_MERGE, SILVER_MOR_SCHEMA
         from merge_on_read.fold_changes import pending_changes
         from merge_on_read.table import MergeOnReadTable
 
-        table = MergeOnReadTable(str(path), str(changes), SILVER_MOR_SCHEMA, SILVER_MOR_MERGE, CHANGE_SEQ)
+        table = MergeOnReadTable(uri, uri + CHANGES_SUFFIX, SILVER_MOR_SCHEMA, SILVER_MOR_MERGE, CHANGE_SEQ)
         rows, files = pending_changes(table)
-        name = changes.relative_to(base)
-        text += f"{'; ' if text else ''}{rows} change rows in {files} file(s) of {name} not folded"
+        text += f"{'; ' if text else ''}{rows} change rows in {files} file(s) of {changes} not folded"
     return f"   ({text})" if text else ""
 
 

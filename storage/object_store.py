@@ -117,14 +117,16 @@ def check_conditional_writes(store: ObjectStore, where: str, probe_dir: str = "_
     raise NoConditionalWritesError(
         f"the object store at {where} accepted a second PUT with If-None-Match: * for one object, so two "
         "commits to one table could overwrite each other",
-        fix="use a store that honours conditional writes (AWS S3, MinIO, S3Proxy 2.7 or later)",
+        fix="use a store that honours conditional writes (AWS S3, MinIO, S3Proxy 4 or later)",
     )
 
 
 def store_error(exc: BaseException, where: str) -> ObjectStoreError:
     """``exc`` of a request to the store at ``where`` as an error that says what to fix."""
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    if isinstance(exc, obstore.exceptions.PermissionDeniedError | obstore.exceptions.UnauthenticatedError):
+    denied = obstore.exceptions.PermissionDeniedError | obstore.exceptions.UnauthenticatedError
+    # A refused LIST comes back as a generic error carrying the status (S3 answers 403 to it).
+    if isinstance(exc, denied) or "403 Forbidden" in str(exc):
         return ObjectStoreError(
             f"the object store at {where} refused the credentials: {text}",
             fix="set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, or the host's role) to "

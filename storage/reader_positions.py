@@ -4,8 +4,9 @@ A reader that is behind, or restores an older checkpoint, still needs the files 
 version from the one its offset state names, which VACUUM and log cleanup would delete. PyFlink gives
 the source no checkpoint hook, so it records that version with the time whenever it changes and every
 ``RECORD_EVERY_MS``, keeping ``HISTORY_MS`` of entries, in
-``<table>/_lakestream/readers/<reader id, percent-encoded>.json``; ``lakestream maintain`` reads them
-to know how far back each reader may still go (DESIGN.md section 10). Local tables only.
+``<table>/_lakestream/readers/<reader id, percent-encoded>.json`` (``storage.table_files``: a local
+folder or an object store); ``lakestream maintain`` reads them to know how far back each reader may
+still go (DESIGN.md section 10).
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ import contextlib
 import json
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 
-from storage.local_files import atomic_write_text, path_segment
+from storage.local_files import path_segment
+from storage.table_files import TableFiles
 
 log = logging.getLogger(__name__)
 
-READERS_DIR = Path("_lakestream") / "readers"
+READERS_DIR = "_lakestream/readers"
 RECORD_FORMAT = 1
 #: A reader whose version stays the same rewrites its record this often (its time moves on).
 RECORD_EVERY_MS = 10_000
@@ -105,42 +106,39 @@ def with_position(
     return ReaderRecord(reader=reader, table_id=table_id, updated_ms=now_ms, positions=tuple(kept))
 
 
-def record_path(table_root: Path, reader: str) -> Path:
-    """Where the record of ``reader`` lives in the table folder (any reader id is a safe file name)."""
-    return table_root / READERS_DIR / f"{path_segment(reader)}.json"
+def record_path(reader: str) -> str:
+    """Where the record of ``reader`` lives, relative to the table root (any reader id is a safe name)."""
+    return f"{READERS_DIR}/{path_segment(reader)}.json"
 
 
-def read_records(table_root: Path) -> list[ReaderRecord]:
+def read_records(files: TableFiles) -> list[ReaderRecord]:
     """Every reader record of the table, sorted by reader id (unreadable ones are logged and skipped)."""
-    folder = table_root / READERS_DIR
-    if not folder.is_dir():
-        return []
     out = []
-    for path in sorted(folder.glob("*.json")):
+    for info in files.list(READERS_DIR, recursive=False):
+        if not info.path.endswith(".json"):
+            continue  # a local write's temp file
+        data = files.read(info.path)
+        if data is None:
+            continue  # forgotten meanwhile
         try:
-            out.append(ReaderRecord.from_json(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError, KeyError) as exc:
-            log.warning("skipping unreadable reader record %s: %s", path, exc)
+            out.append(ReaderRecord.from_json(data.decode("utf-8")))
+        except (ValueError, KeyError) as exc:
+            log.warning("skipping unreadable reader record %s/%s: %s", files.uri, info.path, exc)
     return sorted(out, key=lambda r: r.reader)
 
 
-def forget(table_root: Path, reader: str) -> bool:
+def forget(files: TableFiles, reader: str) -> bool:
     """Delete the record of a reader that is gone for good; False when there was none."""
-    path = record_path(table_root, reader)
-    try:
-        path.unlink()
-    except FileNotFoundError:
+    path = record_path(reader)
+    if files.info(path) is None:
         return False
+    files.delete(path)
     return True
 
 
-def write_record(table_root: Path, record: ReaderRecord) -> None:
-    """Replace the record atomically (temp file + rename): a reader of it sees old or new, never torn.
-
-    The folder is not synced: a rename lost in a crash leaves the older record, an older version,
-    which only makes maintenance keep more.
-    """
-    atomic_write_text(record_path(table_root, record.reader), record.to_json(), sync_folder=False)
+def write_record(files: TableFiles, record: ReaderRecord) -> None:
+    """Replace the record whole (``TableFiles.write_atomic``): a reader of it sees old or new, never torn."""
+    files.write_atomic(record_path(record.reader), record.to_json().encode("utf-8"))
 
 
 class PositionRecorder:
@@ -150,16 +148,18 @@ class PositionRecorder:
     A failure to write is logged once and never fails the stream: the record only informs maintenance.
     """
 
-    def __init__(self, table_root: Path, reader: str, *, every_ms: int = RECORD_EVERY_MS) -> None:
-        self.table_root = table_root
+    def __init__(self, files: TableFiles, reader: str, *, every_ms: int = RECORD_EVERY_MS) -> None:
+        self.files = files
         self.reader = reader
         self.every_ms = every_ms
         self._record: ReaderRecord | None = None
         self._written_ms: int | None = None
         self._written_version: int | None = None
         self._warned = False
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            self._record = ReaderRecord.from_json(record_path(table_root, reader).read_text(encoding="utf-8"))
+        # Best effort: without the earlier record the history starts anew, which only loses old entries.
+        with contextlib.suppress(Exception):
+            data = files.read(record_path(reader))
+            self._record = ReaderRecord.from_json(data.decode("utf-8")) if data is not None else None
 
     def flush(self) -> bool:
         """Write what was observed since the last write (at the end of a task); True when written."""
@@ -182,11 +182,11 @@ class PositionRecorder:
     def _write(self) -> bool:
         assert self._record is not None
         try:
-            write_record(self.table_root, self._record)
-        except OSError as exc:
+            write_record(self.files, self._record)
+        except Exception as exc:  # noqa: BLE001 - any failure of the disk or the store: logged, never fatal
             if not self._warned:
                 log.warning(
-                    "cannot record the position of reader %s in %s: %s", self.reader, self.table_root, exc
+                    "cannot record the position of reader %s in %s: %s", self.reader, self.files.uri, exc
                 )
                 self._warned = True
             return False

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -26,8 +25,8 @@ from sources.offsets import SourceOffset
 from sources.options import DeltaSourceOptions
 from sources.reader import table_rows
 from sources.stream_reader import DeltaStreamReader, PollReport, resolve_read_schema
-from storage.delta_log import is_local_uri, local_path
 from storage.reader_positions import PositionRecorder
+from storage.table_files import table_files
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyflink.datastream import DataStream, StreamExecutionEnvironment
@@ -90,8 +89,7 @@ class DeltaSourceFunction(KeyedProcessFunction):  # type: ignore[misc]
         self.reader = DeltaStreamReader(
             self.table_uri, self.options, read_schema=self.read_schema, storage_options=self.storage_options
         )
-        if is_local_uri(self.table_uri):
-            self.positions = PositionRecorder(Path(local_path(self.table_uri)), self.reader_id)
+        self.positions = PositionRecorder(table_files(self.table_uri, self.storage_options), self.reader_id)
         group = runtime_context.get_metrics_group().add_group("delta_source", self.metric_scope)
         self._rows = group.counter("rowsEmitted")
         self._polls = group.counter("polls")

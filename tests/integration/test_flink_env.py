@@ -184,6 +184,20 @@ def test_the_local_python_workers_run_without_pandas_unless_asked(tmp_path: Path
     }
 
 
+def test_no_secret_of_the_environment_reaches_the_local_jvms_log(tmp_path: Path) -> None:
+    """The AWS variables are in the local JVM's environment (S3 checkpoints and tables need them), and Beam
+    logs a Python worker's whole environment when it closes it: that logger keeps only its errors."""
+    secret = "not-a-real-secret-4f1c9e"
+    logs = tmp_path / "log"
+    environ = {"AWS_SECRET_ACCESS_KEY": secret, "FLINK_LOG_DIR": str(logs)}
+    out = _run_script(tmp_path, WORKER_PROBE, [str(tmp_path / "ckpt")], environ)
+    assert json.loads(out.stdout.strip().splitlines()[-1])["beam"] is True  # a Python worker ran
+    written = {f.name: f.read_text(errors="replace") for f in logs.rglob("*") if f.is_file()}
+    assert any("switched from state RUNNING to FINISHED" in text for text in written.values()), written
+    assert [name for name, text in written.items() if secret in text] == []
+    assert secret not in out.stdout + out.stderr
+
+
 ARCHIVE_PROBE = textwrap.dedent(
     """
     import sys

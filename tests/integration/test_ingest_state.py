@@ -4,13 +4,15 @@ A re-delivery (the same bytes again, as a producer retry or a payment callback s
 copy was committed before the job was killed must still be recognised after the restore: counted once in
 ``events_duplicate`` (recorded in silver's commits, ``lakestream.counters``, so it survives the kill) and
 applied once. The same across restores at parallelism 2 -> 1 -> 2, with every table exact, the gold
-window's counts included (its aggregate state is rescaled by key group too).
+window's counts included (its aggregate state is rescaled by key group too), and with RocksDB's incremental
+checkpoints on the S3 server (Flink's S3 plugin) instead of a local folder.
 """
 
 from __future__ import annotations
 
 import json
 import time
+import uuid
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -21,8 +23,10 @@ from deltalake.exceptions import TableNotFoundError
 from kafka import KafkaProducer
 
 from devtools.processes import kill_group
+from devtools.s3_server import LocalS3
 from lakestream.gold import METRIC_NAMES, GoldSettings, aggregate, gold_inputs
 from runtime.flink_env import latest_checkpoint
+from storage.table_files import table_files
 from tests.support.ingest_job import ROOT, old_tree, setup_topics, start_unbounded, table_rows, wait_for
 
 pytestmark = pytest.mark.integration
@@ -119,6 +123,58 @@ def test_a_duplicate_across_kill_is_recognised(kafka: str, lakehouse: Path, tmp_
     assert table_rows(lakehouse, "bronze/order_events") == 22  # bronze keeps both copies
     assert_silver(lakehouse, range(21))
     assert all(dedup_lookup_options(tmp_path / "checkpoints"))
+
+
+def test_a_duplicate_across_kill_is_recognised_from_checkpoints_on_s3(
+    kafka: str, lakehouse: Path, tmp_path: Path, s3: LocalS3
+) -> None:
+    """The test above with ``flink.checkpoint_dir`` on the S3 server (the lakehouse stays local) and the
+    credentials in the AWS variables only: RocksDB's incremental checkpoints complete there, the job is
+    killed with input in flight, and the next run restores the de-dup state from the newest one at
+    another parallelism. The secret key is in no checkpoint object and no output."""
+    topics, env = setup_topics(kafka, tmp_path, lakehouse, partitions=2)
+    bucket = f"ckpt-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(bucket)
+    options = s3.storage_options()
+    env |= {
+        "LAKESTREAM__FLINK__CHECKPOINT_DIR": json.dumps(f"s3://{bucket}/checkpoints"),
+        "LAKESTREAM__STORAGE__ENDPOINT": json.dumps(s3.url),
+        "LAKESTREAM__STORAGE__PATH_STYLE": "true",
+        "LAKESTREAM__STORAGE__ALLOW_HTTP": "true",
+        "AWS_ACCESS_KEY_ID": options["AWS_ACCESS_KEY_ID"],
+        "AWS_SECRET_ACCESS_KEY": options["AWS_SECRET_ACCESS_KEY"],
+    }
+    store = table_files(f"s3://{bucket}", options)
+    log = tmp_path / "ingest.log"
+    send(kafka, topics["payments"], [payment(i) for i in range(20)])
+    proc = start_unbounded(env, log)
+    try:
+        wait_for(lakehouse, {"silver/orders": 20, "bronze/order_events": 20}, proc, log)
+        objects = [f.path for f in store.list("checkpoints/ingest")]
+        # The commits ride on completed checkpoints: there is one on the store, with RocksDB's files.
+        assert [n for n in objects if n.split("/")[-2].startswith("chk-") and n.endswith("/_metadata")]
+        assert [n for n in objects if "/shared/" in n], objects
+        send(kafka, topics["payments"], [payment(i) for i in range(20, 30)])  # in flight at the kill
+    finally:
+        kill_group(proc)
+
+    send(kafka, topics["payments"], [payment(3), payment(30)])  # P3 again: the same bytes
+    run_until(
+        {**env, "LAKESTREAM__FLINK__PARALLELISM": "1"},
+        log,
+        lakehouse,
+        {"silver/orders": 31, "bronze/order_events": 32},
+    )
+    assert f"resuming from checkpoint s3://{bucket}/checkpoints/ingest/" in log.read_text()
+    assert counters(lakehouse, "events_duplicate") == 1
+    assert counters(lakehouse, "silver_changes") == 31
+    assert table_rows(lakehouse, "bronze/order_events") == 32
+    assert_silver(lakehouse, range(31))
+    written = s3.buckets_dir / bucket / "checkpoints"  # the server's own folder: one file per object
+    assert all(dedup_lookup_options(written))
+    secret = options["AWS_SECRET_ACCESS_KEY"].encode()
+    assert not [f for f in written.rglob("*") if f.is_file() and secret in f.read_bytes()]
+    assert secret not in log.read_bytes()
 
 
 def test_restores_at_another_parallelism_keep_the_dedup_state(

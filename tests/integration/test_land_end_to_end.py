@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from deltalake import DeltaTable
 from kafka import KafkaProducer
 
 from devtools.kafka_broker import create_topic
+from tests.support.delta_tables import lakehouse_env
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +38,7 @@ def produce_json(bootstrap: str, topic: str, n: int) -> set[tuple[int, int, byte
 def job_env(kafka: str, lakehouse: Path, tmp_path: Path) -> dict[str, str]:
     return {
         "LAKESTREAM__KAFKA__BOOTSTRAP_SERVERS": kafka,
-        "LAKESTREAM__LAKEHOUSE__ROOT": str(lakehouse),
+        **lakehouse_env(lakehouse),
         "LAKESTREAM__FLINK__CHECKPOINT_DIR": str(tmp_path / "checkpoints"),
         "LAKESTREAM__FLINK__CHECKPOINT_INTERVAL": '"1s"',
     }
@@ -53,9 +55,11 @@ def assert_no_orphans(table: Path) -> None:
 
 
 def test_thousand_events_land_exactly_once(
-    kafka: str, lakehouse: Path, tmp_path: Path, cli: Callable[..., subprocess.CompletedProcess[str]]
+    kafka: str, any_lakehouse: Path, tmp_path: Path, cli: Callable[..., subprocess.CompletedProcess[str]]
 ) -> None:
-    topic = "foundation.events"
+    """On both back ends; ``tables`` then lists what landed."""
+    lakehouse = any_lakehouse
+    topic = f"foundation.events.{uuid.uuid4().hex[:8]}"
     create_topic(kafka, topic, partitions=3)
     sent = produce_json(kafka, topic, 1000)
 
@@ -95,3 +99,5 @@ def test_thousand_events_land_exactly_once(
         env=job_env(kafka, lakehouse, tmp_path),
     )
     assert DeltaTable(str(table)).to_pyarrow_dataset().count_rows() == 1000
+    listing = cli("tables", env=job_env(kafka, lakehouse, tmp_path)).stdout
+    assert any(line.split()[:2] == ["raw/events", "1000"] for line in listing.splitlines()), listing

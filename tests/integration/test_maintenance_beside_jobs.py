@@ -4,7 +4,8 @@ An unbounded ingest writes bronze, silver (MERGE through the global committer), 
 review every second while this test compacts, checkpoints and vacuums them in a loop; the tables must
 end exactly as the produced records imply (``assert_tables``: bronze row by row with its Kafka
 coordinates, silver against the independent oracle). A changefeed run must leave its position record
-beside its source table, where vacuum's reader rule finds it.
+beside its source table, where vacuum's reader rule finds it, whether that table is in a local folder or
+on the S3 server.
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ from maintenance.facts import resolve_table
 from maintenance.maintenance_errors import ConflictError, RefusedError
 from storage.reader_positions import read_records
 from storage.retry_policy import RetryPolicy
+from storage.table_files import table_files
 from tests.integration.test_ingest_end_to_end import assert_tables, build_stream, expected_counts, produce
 from tests.support.cli import run_cli
+from tests.support.delta_tables import lakehouse_env, table_at, table_options
 from tests.support.ingest_job import setup_topics, start_unbounded, table_rows
 from tests.support.silver_oracle import expected_silver
 
@@ -165,23 +168,26 @@ def test_optimize_and_vacuum_in_a_loop_beside_an_unbounded_ingest(
     assert_tables(lakehouse, records)
 
 
-def test_a_changefeed_records_its_position_and_vacuum_sees_it(tmp_path: Path, lakehouse: Path) -> None:
-    src = lakehouse / "silver" / "feedsrc"
+def test_a_changefeed_records_its_position_and_vacuum_sees_it(tmp_path: Path, any_lakehouse: Path) -> None:
+    """On either back end: the source table (and so the position record) local or on the S3 server."""
+    src = table_at(any_lakehouse, "silver/feedsrc")
     for k in range(6):
         ids = list(range(10 * k, 10 * k + 10))
         write_deltalake(
-            str(src),
+            src,
             pa.table({"id": pa.array(ids, pa.int64()), "v": [f"v{i}" for i in ids]}),
             mode="append",
             configuration={"delta.enableChangeDataFeed": "true"} if k == 0 else None,
+            storage_options=table_options(any_lakehouse),
         )
+    audit = tmp_path / "audit" / "feed"
     env = {
-        "LAKESTREAM__LAKEHOUSE__ROOT": str(lakehouse),
+        **lakehouse_env(any_lakehouse),
         "LAKESTREAM__FLINK__CHECKPOINT_DIR": str(tmp_path / "ckpt"),
         "LAKESTREAM__FLINK__CHECKPOINT_INTERVAL": '"500ms"',
         "LAKESTREAM__FLINK__PARALLELISM": "1",
     }
-    args = ["changefeed", "--table", "silver/feedsrc", "--to", "delta:audit/feed", "--from-version", "0"]
+    args = ["changefeed", "--table", "silver/feedsrc", "--to", f"delta:{audit}", "--from-version", "0"]
     run_cli(
         *args,
         "--max-files-per-trigger",
@@ -193,14 +199,16 @@ def test_a_changefeed_records_its_position_and_vacuum_sees_it(tmp_path: Path, la
         env=env,
         timeout=240,
     )
-    assert DeltaTable(str(lakehouse / "audit" / "feed")).to_pyarrow_table().num_rows == 60
+    assert DeltaTable(str(audit)).to_pyarrow_table().num_rows == 60
 
-    [record] = read_records(src)
-    assert record.reader == "changefeed silver/feedsrc -> delta:audit/feed"
+    files = table_files(src, table_options(any_lakehouse))
+    [record] = read_records(files)
+    reader = f"changefeed silver/feedsrc -> delta:{audit}"
+    assert record.reader == reader
     assert record.positions[0][1] == 0  # it started at version 0
     assert record.positions[-1][1] == 6  # and last polled with everything up to version 5 emitted
     out = run_cli("maintain", "readers", "silver/feedsrc", env=env).stdout
-    assert "changefeed silver/feedsrc -> delta:audit/feed: may still read from version 0" in out
+    assert f"{reader}: may still read from version 0" in out
 
     # A restore may go back to version 0 (its first position is within the restore horizon), so vacuum
     # must keep every file removed since version 0's commit.
@@ -209,5 +217,5 @@ def test_a_changefeed_records_its_position_and_vacuum_sees_it(tmp_path: Path, la
     operations.set_properties(ref, {"delta.deletedFileRetentionDuration": "interval 0 hours"})
     operations.optimize(ref)
     dry = operations.vacuum(ref, cfg, retain_hours=0)
-    assert [r.rule for r in dry.verdict.violated] == ["reader changefeed silver/feedsrc -> delta:audit/feed"]
-    assert dry.files and all((src / f).exists() for f in dry.files)
+    assert [r.rule for r in dry.verdict.violated] == [f"reader {reader}"]
+    assert dry.files and all(files.info(f) is not None for f in dry.files)

@@ -24,7 +24,7 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Scenario:
 
 
 def _root(s: Scenario) -> str:
-    return str(s.table.parent.parent)
+    return s.root
 
 
 def _query(s: Scenario, *args: str) -> str:

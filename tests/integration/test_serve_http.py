@@ -23,11 +23,12 @@ from lakestream.standard import LATE_SCHEMA, QUARANTINE_SCHEMA
 from serving.serve import make_server
 from tests.support import gold_scenario
 from tests.support.cli import ROOT, run_cli
+from tests.support.delta_tables import table_at
 from tests.support.gold_tables import append_rows, at, ingest_rows, row, upsert_realtime
 
 
 class Server:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path | str) -> None:
         cfg = Config(lakehouse=LakehouseConfig(root=str(root)), serve=ServeConfig(port=0))
         self.httpd = make_server(cfg, quiet=True)
         self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}"
@@ -48,12 +49,13 @@ class Server:
 
 
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[Server, gold_scenario.Scenario]]:
-    root = tmp_path / "lakehouse"
+def served(any_lakehouse: Path) -> Iterator[tuple[Server, gold_scenario.Scenario]]:
+    """The server over a gold scenario on either back end (the S3 server's settings in the environment)."""
+    root = table_at(any_lakehouse, "").rstrip("/")
     scenario = gold_scenario.write(root)
-    append_rows(root / "late/order_events", ingest_rows(LATE_SCHEMA, [at("2024-06-01T00:10")] * 3))
+    append_rows(f"{root}/late/order_events", ingest_rows(LATE_SCHEMA, [at("2024-06-01T00:10")] * 3))
     append_rows(
-        root / "quarantine/order_events",
+        f"{root}/quarantine/order_events",
         ingest_rows(
             QUARANTINE_SCHEMA, [at("2024-06-01T09:00"), at("2024-06-02T00:00"), at("2024-05-31T23:59")]
         ),
@@ -73,7 +75,7 @@ def test_api_metrics_is_what_query_metrics_prints(served: tuple[Server, gold_sce
         "query",
         "metrics",
         "--lakehouse",
-        str(scenario.table.parent.parent),
+        scenario.root,
         "--from",
         "2024-06-01T00:20:00Z",
         "--to",

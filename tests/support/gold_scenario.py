@@ -27,13 +27,18 @@ BATCH_END = at("2024-06-01T00:30")
 class Scenario:
     """The gold table and the commit time of each version (epoch ms)."""
 
-    table: Path
+    table: str
     committed_ms: dict[int, int]
 
+    @property
+    def root(self) -> str:
+        """The lakehouse root the gold table is under."""
+        return self.table.rsplit("/", 2)[0]
 
-def write(root: Path, table: str = "gold/order_metrics_5m") -> Scenario:
-    """Write the three versions under lakehouse ``root``."""
-    uri = root / table
+
+def write(root: Path | str, table: str = "gold/order_metrics_5m") -> Scenario:
+    """Write the three versions under lakehouse ``root`` (a folder or an object-store URI)."""
+    uri = f"{root}/{table}"
     upsert_realtime(
         uri,
         [row(at("2024-05-31T23:55"), events=5, gmv="10.00")]
@@ -48,7 +53,7 @@ def write(root: Path, table: str = "gold/order_metrics_5m") -> Scenario:
     )
     time.sleep(0.05)
     upsert_realtime(uri, [row(DAY + i * WINDOW, events=8, gmv="20.00") for i in range(5, 14)])
-    history = DeltaTable(str(uri)).history()
+    history = DeltaTable(uri).history()
     return Scenario(uri, {int(h["version"]): int(h["timestamp"]) for h in history})
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
+from deltalake.exceptions import TableNotFoundError
 
 from lakestream.gold import GOLD_SCHEMA
 from serving.metrics_view import BATCH, REALTIME, GoldRow
@@ -83,10 +84,11 @@ def backfill(table: Path | str, rows: Sequence[GoldRow], start: datetime, end: d
 def upsert_realtime(table: Path | str, rows: Sequence[GoldRow]) -> int:
     """Upsert realtime ``rows`` by ``window_start`` in one commit, never over a batch row; the version."""
     assert all(r.layer == REALTIME for r in rows)
-    if not (Path(table) / "_delta_log").is_dir():
+    try:
+        dt = DeltaTable(str(table))
+    except TableNotFoundError:
         write_deltalake(str(table), to_arrow(rows), mode="append")
         return DeltaTable(str(table)).version()
-    dt = DeltaTable(str(table))
     (
         dt.merge(
             to_arrow(rows), predicate="t.window_start = s.window_start", source_alias="s", target_alias="t"

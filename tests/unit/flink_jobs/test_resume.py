@@ -9,8 +9,11 @@ import pytest
 from flink_jobs.resume import (
     JobFolder,
     Lineage,
+    StorePath,
+    checkpoint_id,
     lineage_ended,
     lineage_for_run,
+    location,
     plan_start,
     unrestorable,
 )
@@ -253,3 +256,17 @@ def test_a_bounded_run_the_graph_cannot_complete_is_sent_back_to_its_own_graph()
     assert "72748311d0262ee7e86cb9b3a76ad5d6" in said and "nothing was written" in said
     assert "the same `lakestream ingest --bounded` command once with the settings" in said
     assert "backfill" not in said and "command once with --bounded added" not in said
+
+
+def test_a_folder_on_an_object_store_has_the_path_operations_a_job_folder_uses(tmp_path: Path) -> None:
+    chk = location("s3://bucket/checkpoints/ingest/run/job/chk-7/")
+    assert isinstance(chk, StorePath) and chk == "s3://bucket/checkpoints/ingest/run/job/chk-7"
+    assert chk.name == "chk-7" and checkpoint_id(chk) == 7
+    lineage_folder = StorePath("s3://bucket/checkpoints") / "ingest" / "run"
+    assert chk.parent.parent == lineage_folder and lineage_folder in chk.parents
+    assert chk.parents[-1] == "s3://bucket" and StorePath("s3://bucket/x").parents == ["s3://bucket"]
+    assert StorePath("s3://bucket/checkpoints/other") not in chk.parents
+    assert location(str(tmp_path / "ckpt")) == (tmp_path / "ckpt").resolve()
+    lin = Lineage(folder=lineage_folder, run_id="run", bounded=False, parallelism=1)
+    assert Lineage.parse(lineage_folder, lin.to_json()) == lin
+    assert Lineage.parse(lineage_folder, "{not json") is None

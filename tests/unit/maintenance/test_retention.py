@@ -110,13 +110,6 @@ def test_a_reader_whose_commit_is_gone_is_reported_as_having_lost_data() -> None
     assert not verdict.allowed and "lost data" in verdict.explain()
 
 
-def test_unknown_readers_need_force() -> None:
-    f = facts(readers_known=False)
-    assert not vacuum_verdict(f, 168).allowed
-    assert "local tables only" in vacuum_verdict(f, 168).explain()
-    assert vacuum_verdict(f, 168, force=True).allowed
-
-
 def test_a_full_vacuum_never_deletes_staged_files_even_forced() -> None:
     staged = frozenset({"source=a/part-00000-tok-c6.snappy.parquet"})
     f = facts(staged_files=staged)

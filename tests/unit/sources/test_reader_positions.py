@@ -12,6 +12,7 @@ from storage.reader_positions import (
     record_path,
     with_position,
 )
+from storage.table_files import LocalTableFiles
 
 MIN = 60_000
 
@@ -59,34 +60,49 @@ def test_an_id_not_known_yet_keeps_the_history() -> None:
 def test_json_round_trip_and_safe_file_names(tmp_path: Path) -> None:
     rec = record((5, 1), (9, 2))
     assert ReaderRecord.from_json(rec.to_json()) == rec
-    path = record_path(tmp_path, "changefeed silver/orders -> kafka:a.b")
-    assert path.parent == tmp_path / "_lakestream" / "readers" and "/" not in path.name[:-5]
+    folder, _, name = record_path("changefeed silver/orders -> kafka:a.b").rpartition("/")
+    assert folder == "_lakestream/readers" and name.endswith(".json") and "." not in name[:-5]
+
+
+def test_a_local_record_is_the_json_file_earlier_versions_wrote(tmp_path: Path) -> None:
+    """The layout is an upgrade contract: a record written before is read, and one written now is the same."""
+    rec = record((5, 1), (9, 2))
+    old = tmp_path / "_lakestream" / "readers" / "r.json"
+    old.parent.mkdir(parents=True)
+    old.write_text(rec.to_json(), encoding="utf-8")
+    files = LocalTableFiles(tmp_path)
+    assert read_records(files) == [rec]
+    PositionRecorder(files, "r").flush()
+    PositionRecorder(files, "r2").observe(version=2, table_id="tid", now_ms=9)
+    assert sorted(p.name for p in old.parent.iterdir()) == ["r.json", "r2.json"]
+    assert old.read_text(encoding="utf-8") == rec.to_json()
 
 
 def test_the_recorder_writes_each_new_version_and_a_still_one_every_interval(tmp_path: Path) -> None:
-    rec = PositionRecorder(tmp_path, "feed", every_ms=10_000)
+    files = LocalTableFiles(tmp_path)
+    rec = PositionRecorder(files, "feed", every_ms=10_000)
     assert rec.observe(version=3, table_id="t", now_ms=0)
     assert not rec.observe(version=3, table_id="t", now_ms=5_000)  # the same version: not yet
-    assert read_records(tmp_path)[0].positions == ((0, 3),)
+    assert read_records(files)[0].positions == ((0, 3),)
     assert rec.observe(version=4, table_id="t", now_ms=6_000)  # a new version: written at once
-    assert read_records(tmp_path)[0].positions == ((0, 3), (6_000, 4))
+    assert read_records(files)[0].positions == ((0, 3), (6_000, 4))
     assert not rec.observe(version=4, table_id="t", now_ms=15_000)
     assert rec.observe(version=4, table_id="t", now_ms=16_000)  # the interval passed
-    assert read_records(tmp_path)[0].updated_ms == 16_000
+    assert read_records(files)[0].updated_ms == 16_000
     assert rec.observe(version=2, table_id="t", now_ms=17_000)  # a restore: written at once
-    assert read_records(tmp_path)[0].positions[-1] == (17_000, 2)
+    assert read_records(files)[0].positions[-1] == (17_000, 2)
     assert not rec.observe(version=2, table_id="t", now_ms=18_000)
     assert rec.flush() and not rec.flush()  # the end of the task writes what is left
-    assert read_records(tmp_path)[0].updated_ms == 18_000
+    assert read_records(files)[0].updated_ms == 18_000
     # A new task attempt continues the record it finds.
-    again = PositionRecorder(tmp_path, "feed")
+    again = PositionRecorder(files, "feed")
     again.observe(version=3, table_id="t", now_ms=13_000)
-    assert read_records(tmp_path)[0].positions[0] == (0, 3)
-    assert forget(tmp_path, "feed") and not forget(tmp_path, "feed")
-    assert read_records(tmp_path) == []
+    assert read_records(files)[0].positions[0] == (0, 3)
+    assert forget(files, "feed") and not forget(files, "feed")
+    assert read_records(files) == []
 
 
 def test_a_recorder_that_cannot_write_does_not_fail(tmp_path: Path) -> None:
     blocker = tmp_path / "_lakestream"
     blocker.write_text("a file where the folder should be")
-    assert not PositionRecorder(tmp_path, "feed").observe(version=1, table_id="t", now_ms=0)
+    assert not PositionRecorder(LocalTableFiles(tmp_path), "feed").observe(version=1, table_id="t", now_ms=0)
