@@ -272,20 +272,19 @@ def check_silver_layout(cfg: Config, job_name: str = JOB_NAME) -> None:
 
     from lakestream.silver import CHANGE_SEQ
     from maintenance.facts import manifests
-    from storage.delta_log import is_local_uri, local_path
+    from storage.table_files import table_files
 
     mor = cfg.tables.silver_layout == "merge_on_read"
     other = SILVER_TABLE if mor else SILVER_CHANGES_TABLE
-    uri = cfg.lakehouse.table_uri(other)
-    if is_local_uri(uri):
-        staged = [m for m in manifests(Path(local_path(uri))) if m.app_prefix == f"{job_name}/{other}"]
-        if staged:
-            layout = "copy_on_write" if mor else "merge_on_read"
-            raise ConfigError(
-                f"tables.silver_layout = {cfg.tables.silver_layout!r}, but {other} holds work staged by a "
-                f"{layout} run that did not end ({len(staged)} manifest(s)). Fix: run once more with "
-                f'silver_layout = "{layout}" and --bounded, so that run settles it, then switch.'
-            )
+    found = manifests(table_files(cfg.lakehouse.table_uri(other)))
+    staged = [m for m in found if m.app_prefix == f"{job_name}/{other}"]
+    if staged:
+        layout = "copy_on_write" if mor else "merge_on_read"
+        raise ConfigError(
+            f"tables.silver_layout = {cfg.tables.silver_layout!r}, but {other} holds work staged by a "
+            f"{layout} run that did not end ({len(staged)} manifest(s)). Fix: run once more with "
+            f'silver_layout = "{layout}" and --bounded, so that run settles it, then switch.'
+        )
     if not mor:
         try:
             columns = DeltaTable(cfg.lakehouse.table_uri(SILVER_TABLE)).schema().to_arrow().names

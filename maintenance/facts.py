@@ -81,9 +81,8 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def manifests(files: TableFiles | Path) -> list[Manifest]:
-    """Every manifest of every app prefix staged in the table (a path: a local table folder)."""
-    files = LocalTableFiles(files) if isinstance(files, Path) else files
+def manifests(files: TableFiles) -> list[Manifest]:
+    """Every manifest of every app prefix staged in the table."""
     out: list[Manifest] = []
     for prefix in files.list_folders(f"{STAGING_ROOT}/manifests"):
         out.extend(StagingArea(files, unquote(prefix)).list_all())

@@ -17,11 +17,10 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 from storage.local_files import path_segment
-from storage.table_files import LocalTableFiles, TableFiles, table_files
+from storage.table_files import TableFiles, table_files
 
 ManifestState = Literal["pending", "prepared"]
 ManifestKind = Literal["data_files", "merge_source"]
@@ -169,8 +168,8 @@ def now_ms() -> int:
 class StagingArea:
     """Manifests and merge sources of one app prefix under one table root (local or object store)."""
 
-    def __init__(self, files: TableFiles | Path, app_prefix: str) -> None:
-        self.files: TableFiles = LocalTableFiles(files) if isinstance(files, Path) else files
+    def __init__(self, files: TableFiles, app_prefix: str) -> None:
+        self.files = files
         self.app_prefix = app_prefix
         self.manifest_root = f"{STAGING_ROOT}/manifests/{path_segment(app_prefix)}"
         self.staging_root = f"{STAGING_ROOT}/staging/{path_segment(app_prefix)}"

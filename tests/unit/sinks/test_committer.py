@@ -20,6 +20,7 @@ from sinks.table_bootstrap import open_table
 from sinks.table_spec import TableSpec, WriteMode
 from sinks.writer_metrics import WriterMetrics
 from storage.retry_policy import RetryPolicy
+from storage.table_files import LocalTableFiles
 from tests.support.delta_tables import (
     commits_with_app,
     staging_leftovers,
@@ -38,7 +39,7 @@ class Setup:
         merge = MergeSpec(keys=("id",)) if mode != "append" else None
         self.table = table
         self.spec = TableSpec(table_uri=str(table), schema=SCHEMA, mode=mode, merge=merge)
-        self.staging = StagingArea(table, "job")
+        self.staging = StagingArea(LocalTableFiles(table), "job")
         open_table(self.spec, log_name="job")
 
     def stage(self, subtask: int, n: int, rows: list[tuple[int, str]], run: str = "run-1") -> Manifest:

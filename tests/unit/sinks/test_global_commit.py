@@ -27,6 +27,7 @@ from sinks.writer import EOI_CHECKPOINT_ID, TwoPhaseDeltaWriter
 from sinks.writer_metrics import CommitResult
 from storage.delta_log import COUNTERS_KEY
 from storage.retry_policy import RetryPolicy
+from storage.table_files import LocalTableFiles
 from tests.support.delta_tables import (
     SimulatedCrash,
     assert_no_orphans,
@@ -641,7 +642,7 @@ def test_manifests_without_counters_still_load(tmp_path: Path) -> None:
     w.write(pa.RecordBatch.from_pylist(orders(0, 1, 1), schema=SILVER_SCHEMA))
     m = w.prepare(1, counters={"silver_changes": 2})
     assert m is not None
-    path = t / StagingArea(t, "job").manifest_path("run-1", 0, 1)
+    path = t / StagingArea(LocalTableFiles(t), "job").manifest_path("run-1", 0, 1)
     doc = json.loads(path.read_text())
     assert doc["counters"] == {"silver_changes": 2}
     del doc["counters"]  # what a version before the counters wrote

@@ -25,6 +25,7 @@ from sinks.sink_errors import KeyNullError
 from sinks.staging import Manifest
 from sinks.writer import TwoPhaseDeltaWriter
 from storage.retry_policy import RetryPolicy
+from storage.table_files import LocalTableFiles
 from tests.support.delta_tables import (
     SimulatedCrash,
     assert_no_orphans,
@@ -142,7 +143,7 @@ def test_merge_sources_are_arrow_ipc_and_parquet_ones_of_older_versions_still_co
         pq.write_table(pa.ipc.open_file(fh).read_all(), legacy)
     staged.unlink()
     old_file = replace(manifest.files[0], path=manifest.files[0].path[: -len(".arrow")] + ".parquet")
-    StagingArea(t, "job").write(replace(manifest, files=(old_file,)))
+    StagingArea(LocalTableFiles(t), "job").write(replace(manifest, files=(old_file,)))
 
     silver_writer(t, 1)  # restored from checkpoint 1: its staged source is committed
     assert_silver(t, SPEC.fold_rows(rows, SILVER))

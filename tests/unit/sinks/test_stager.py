@@ -15,6 +15,7 @@ from sinks.stager import Stager, partition_groups
 from sinks.staging import Manifest, StagingArea
 from sinks.table_spec import TableSpec, WriteMode
 from sinks.writer_metrics import WriterMetrics
+from storage.table_files import LocalTableFiles
 from tests.support.delta_tables import staging_leftovers
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string()), ("p", pa.string())])
@@ -25,7 +26,8 @@ def stager(table: Path, mode: WriteMode = "append", partition_by: list[str] | No
     spec = TableSpec(
         table_uri=str(table), schema=SCHEMA, mode=mode, partition_by=tuple(partition_by or ()), merge=merge
     )
-    return Stager(spec, StagingArea(table, "job"), run_id="run-1", subtask=3, metrics=WriterMetrics())
+    staging = StagingArea(LocalTableFiles(table), "job")
+    return Stager(spec, staging, run_id="run-1", subtask=3, metrics=WriterMetrics())
 
 
 def batch(rows: list[tuple[int, str | None, str | int | None]], schema: pa.Schema = SCHEMA) -> pa.RecordBatch:
