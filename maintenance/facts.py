@@ -29,7 +29,7 @@ from maintenance.retention import (
 from sinks.staging import STAGING_ROOT, Manifest, StagingArea
 from storage.delta_log import LOG_DIR, DeltaLog
 from storage.reader_positions import read_records
-from storage.table_files import LocalTableFiles, TableFiles, table_files
+from storage.table_files import TableFiles, table_files
 
 #: Flink's default checkpoint timeout: a checkpoint that completes was started at most this long before.
 CHECKPOINT_TIMEOUT = timedelta(minutes=10)
@@ -69,11 +69,6 @@ def tables_under(root: TableFiles) -> list[str]:
         else:
             pending.extend(f"{folder}/{name}" if folder else name for name in folders)
     return sorted(found, key=lambda name: name.split("/"))
-
-
-def table_folders(base: Path) -> list[Path]:
-    """:func:`tables_under` a local folder, as paths."""
-    return [base / name for name in tables_under(LocalTableFiles(base))]
 
 
 def now_ms() -> int:
