@@ -17,12 +17,14 @@ CHROMIUM ?= chromium
 # Test worker processes: one leaves a 2-core machine partly idle while its jobs start and checkpoint,
 # two keep it busy; PYTEST_WORKERS=0 runs the suite in one process.
 PYTEST_WORKERS ?= 2
+# Flags of `lakestream demo`, e.g. DEMO_ARGS=--object-store (tables and checkpoints on the local S3 server).
+DEMO_ARGS ?=
 JAVA_SOURCES := $(shell find jvm/src -name '*.java' 2>/dev/null)
 
 .PHONY: demo test unit lint typecheck bootstrap venv jvm jvm-test tools browser bench bench-silver profile clean
 
 demo: bootstrap
-	$(VPY) -m cli demo
+	$(VPY) -m cli demo $(DEMO_ARGS)
 
 test: bootstrap browser lint typecheck jvm-test
 	$(VPY) -m pytest -q --durations=25 -n $(PYTEST_WORKERS) --dist loadfile tests

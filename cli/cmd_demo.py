@@ -37,6 +37,12 @@ def register(subparsers: SubParsers) -> argparse.ArgumentParser:
         default="auto",
         help="live table (terminal), plain lines every 5 s (logs), or auto (default)",
     )
+    p.add_argument(
+        "--object-store",
+        action="store_true",
+        help="tables and checkpoints on the local S3 server (`lakestream s3 start`'s, started if needed "
+        "and kept running): s3://lakestream/demo, s3://lakestream/checkpoints/demo",
+    )
     return p
 
 
@@ -56,4 +62,5 @@ def cmd_demo(args: argparse.Namespace) -> int:
         checkpoint_interval=interval,
         progress=args.progress,
         config_path=getattr(args, "config", None),
+        object_store=args.object_store,
     )

@@ -7,12 +7,9 @@ key is never printed, only where it is kept (the owner-only state file).
 from __future__ import annotations
 
 import argparse
-import shlex
 
 from cli.common import SubParsers, add_command
 from devtools import s3_server
-
-_SECRET_OPTION = "AWS_SECRET_ACCESS_KEY"
 
 
 def cmd_s3(args: argparse.Namespace) -> int:
@@ -45,18 +42,9 @@ def describe(status: s3_server.S3Status) -> list[str]:
         '(owner-only, key "secret_key")',
         "  delta-rs in Python: write_deltalake('s3://BUCKET/TABLE', data, storage_options="
         "devtools.s3_server.status_detached().storage_options())",
-        "  delta-rs from the environment: " + _export_line(status),
+        "  delta-rs from the environment: " + status.export_line(),
     ]
     return lines
-
-
-def _export_line(status: s3_server.S3Status) -> str:
-    """``export ...`` of the storage options, the secret read from the state file when run."""
-    options = status.storage_options()
-    exports = [f"{key}={shlex.quote(value)}" for key, value in options.items() if key != _SECRET_OPTION]
-    read_secret = shlex.quote('import json,sys; print(json.load(open(sys.argv[1]))["secret_key"])')
-    exports.append(f'{_SECRET_OPTION}="$(python3 -c {read_secret} {shlex.quote(str(status.state_file))})"')
-    return "export " + " ".join(exports)
 
 
 def register(subparsers: SubParsers) -> None:

@@ -4,7 +4,8 @@ Sections: the tables (rows, versions, where they are); event-time lateness (how 
 partition's newest event each VALID event arrived, on time vs late, the late share, and how old events
 were when ingested); commits over time (rows per checkpoint commit and commit latency per table); and,
 when a gold table ``gold/order_metrics_5m`` exists, events and GMV per window, realtime vs batch.
-Every number comes from the Delta tables: rows from bronze and late, commits from the ``_delta_log``.
+Every number comes from the Delta tables: rows from bronze and late, commits from the ``_delta_log``,
+read alike from a local folder or an object store (``s3://``, settings from the environment).
 The numbers behind the charts are embedded as JSON (``<script id="report-data">``) next to each
 chart's plotly figure, so the page can be checked without a browser.
 """
@@ -21,7 +22,7 @@ from typing import Any
 
 from lakestream.table_names import BRONZE_TABLE, LATE_TABLE, TABLES
 from lakestream.time import human_duration, iso_utc, iso_utc_ms
-from storage.delta_log import END_OF_INPUT, CommitSummary, TableLog
+from storage.delta_log import END_OF_INPUT, CommitSummary, TableLog, is_local_uri, local_path, location
 
 GOLD_TABLE = "gold/order_metrics_5m"
 GOLD_COLUMNS = ("window_start", "events", "gmv", "layer")
@@ -100,9 +101,11 @@ def rows_changed(commit: CommitSummary) -> int:
 
 
 def commit_points(commits: Sequence[CommitSummary]) -> list[dict[str, Any]]:
-    """One table's checkpoint commits (those with txn actions) as chart points, one per checkpoint.
+    """One table's checkpoint commits (those with txn actions) as chart points, one per checkpoint, in
+    checkpoint order (the end of input last).
 
-    A checkpoint can have several commits (one per writer subtask). Each point: ``checkpoint`` (id, or
+    A checkpoint can have several commits (one per writer subtask), and one subtask's commit of a
+    checkpoint may follow another's end-of-input commit. Each point: ``checkpoint`` (id, or
     ``"end of input"``), ``versions``, ``time`` (its last commit, ISO UTC), ``rows`` (:func:`rows_changed`
     summed), ``latency_ms`` (commit time minus the earliest ``ingest_time`` among the rows: how long the
     oldest row waited to become visible, the largest over the commits; None without ``ingest_time``),
@@ -113,7 +116,7 @@ def commit_points(commits: Sequence[CommitSummary]) -> list[dict[str, Any]]:
         if c.is_checkpoint:
             groups.setdefault(c.checkpoint or 0, []).append(c)
     points = []
-    for checkpoint, group in groups.items():
+    for checkpoint, group in sorted(groups.items()):
         latencies = [c.timestamp_ms - c.ingest_min_ms for c in group if c.ingest_min_ms is not None]
         merges = [int(c.metrics.get("execution_time_ms", 0)) for c in group if c.operation == "MERGE"]
         points.append(
@@ -164,10 +167,10 @@ class TableInfo:
     checkpoint_commits: int
 
 
-def _read(path: Path, columns: Sequence[str]) -> dict[str, list[Any]]:
+def _read(uri: str, columns: Sequence[str]) -> dict[str, list[Any]]:
     from deltalake import DeltaTable
 
-    table = DeltaTable(str(path)).to_pyarrow_table(columns=list(columns))
+    table = DeltaTable(uri).to_pyarrow_table(columns=list(columns))
     return {name: table.column(name).to_pylist() for name in columns}
 
 
@@ -175,12 +178,12 @@ def _ms(value: datetime) -> int:
     return int(value.timestamp() * 1000)
 
 
-def lateness_data(root: Path, max_out_of_orderness: timedelta) -> dict[str, Any]:
+def lateness_data(root: str, max_out_of_orderness: timedelta) -> dict[str, Any]:
     """The lateness section's numbers from bronze (VALID events) and the late table."""
     bronze = _read(
-        root / BRONZE_TABLE, ["topic", "partition", "offset", "event_time", "ingest_time", "quality"]
+        location(root, BRONZE_TABLE), ["topic", "partition", "offset", "event_time", "ingest_time", "quality"]
     )
-    late = _read(root / LATE_TABLE, ["topic", "partition", "offset"])
+    late = _read(location(root, LATE_TABLE), ["topic", "partition", "offset"])
     late_keys = set(zip(late["topic"], late["partition"], late["offset"], strict=True))
     valid = [i for i, q in enumerate(bronze["quality"]) if q == "VALID"]
     parts = [(bronze["topic"][i], bronze["partition"][i]) for i in valid]
@@ -203,13 +206,13 @@ def lateness_data(root: Path, max_out_of_orderness: timedelta) -> dict[str, Any]
     }
 
 
-def table_infos(root: Path, names: Sequence[str]) -> tuple[list[TableInfo], dict[str, list[CommitSummary]]]:
+def table_infos(root: str, names: Sequence[str]) -> tuple[list[TableInfo], dict[str, list[CommitSummary]]]:
     """Rows, version and commits of each existing table among ``names``."""
     from serving.table_summary import table_summary
 
     infos, commits = [], {}
     for name in names:
-        log = TableLog(root / name)
+        log = TableLog(location(root, name))
         if not log.exists:
             continue
         log.poll()
@@ -222,11 +225,12 @@ def table_infos(root: Path, names: Sequence[str]) -> tuple[list[TableInfo], dict
     return infos, commits
 
 
-def gold_data(root: Path) -> dict[str, dict[str, list[Any]]] | None:
+def gold_data(root: str) -> dict[str, dict[str, list[Any]]] | None:
     """Per-layer window series of the gold table, None when there is no gold table."""
-    if not TableLog(root / GOLD_TABLE).exists:
+    uri = location(root, GOLD_TABLE)
+    if not TableLog(uri).exists:
         return None
-    return gold_series(_read(root / GOLD_TABLE, GOLD_COLUMNS))
+    return gold_series(_read(uri, GOLD_COLUMNS))
 
 
 # ------------------------------------------------------------------------------------ figures
@@ -391,10 +395,10 @@ code { background: #f4f6f8; padding: 0.1rem 0.3rem; } .note { color: #555; }
 def build_report(
     root: str | Path, *, max_out_of_orderness: timedelta, title: str = "lakestream demo"
 ) -> tuple[str, dict[str, Any]]:
-    """The report page for the tables under ``root`` and the data it embeds."""
+    """The report page for the tables under ``root`` (a folder or a URI) and the data it embeds."""
     from plotly.offline import get_plotlyjs
 
-    base = Path(root).resolve()
+    base = local_path(str(root)) if is_local_uri(str(root)) else str(root).rstrip("/")
     infos, commits = table_infos(base, [*TABLES, GOLD_TABLE])
     names = {i.name for i in infos}
     missing = [t for t in (BRONZE_TABLE, LATE_TABLE) if t not in names]
@@ -404,7 +408,7 @@ def build_report(
     points = {name: commit_points(c) for name, c in commits.items()}
     gold = gold_data(base)
     data: dict[str, Any] = {
-        "root": str(base),
+        "root": base,
         "generated": iso_utc(datetime.now(timezone.utc).replace(microsecond=0)),
         "tables": {
             i.name: {
@@ -446,7 +450,7 @@ def build_report(
 <script>{get_plotlyjs()}</script>
 </head><body>
 <h1>{html.escape(title)}</h1>
-<p class="note">Delta tables under <code>{html.escape(str(base))}</code>, report made {data["generated"]}.</p>
+<p class="note">Delta tables under <code>{html.escape(base)}</code>, report made {data["generated"]}.</p>
 <h2>Tables</h2>
 <table><tr><th>table</th><th>rows</th><th>version</th><th>checkpoint commits</th><th>path</th></tr>
 {rows}</table>

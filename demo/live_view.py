@@ -2,11 +2,11 @@
 quarantined and checkpoints, while the job runs.
 
 Everything shown is read from outside the job, so it works the same for a local MiniCluster and a
-cluster: the producer's acknowledged counts, and the tables' ``_delta_log`` commits
-(:class:`storage.delta_log.TableLog`): rows from the ``add`` statistics, checkpoints from the sinks' txn
-actions, late and duplicate events from silver's ``lakestream.counters``. On a terminal it is a
-``rich`` live table redrawn twice a second; otherwise (CI logs, a pipe) one plain line every few
-seconds.
+cluster, on a local folder and on an object store: the producer's acknowledged counts, and the tables'
+``_delta_log`` commits (:class:`storage.delta_log.TableLog`): rows from the ``add`` statistics,
+checkpoints from the sinks' txn actions, late and duplicate events from silver's
+``lakestream.counters``. On a terminal it is a ``rich`` live table redrawn twice a second; otherwise (CI
+logs, a pipe) one plain line every few seconds.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from lakestream.table_names import (
     SILVER_TABLE,
     TABLES,
 )
-from storage.delta_log import END_OF_INPUT, TableLog, checkpoints_committed, counter_totals
+from storage.delta_log import END_OF_INPUT, TableLog, checkpoints_committed, counter_totals, location
 
 ProgressMode = Literal["auto", "live", "plain"]
 
@@ -75,11 +75,12 @@ class Snapshot:
 
 
 class Watcher:
-    """Polls the tables under a lakehouse root; :meth:`snapshot` reads what is new since the last call."""
+    """Polls the tables under a lakehouse root (a folder or ``s3://...``); :meth:`snapshot` reads what is
+    new since the last call."""
 
     def __init__(self, root: str | Path, tables: Sequence[str] = TABLES) -> None:
-        self.root = Path(root)
-        self.logs = {name: TableLog(self.root / name) for name in tables}
+        self.root = str(root)
+        self.logs = {name: TableLog(location(self.root, name)) for name in tables}
 
     def all_exist(self) -> bool:
         """True once every watched table has its first commit (the job's writers have opened)."""

@@ -7,12 +7,17 @@ progress (events produced, rows committed per table, late, duplicates, quarantin
 from the producer and the tables' Delta logs; at the end it prints each table's path, rows and version,
 how to query them, and writes an HTML report with plots. Ctrl-C stops the job, the producer and the
 broker, leaving no process behind, and exits 130.
+
+The lakehouse root may be an object store (``s3://...``, reached with ``[storage]`` and the AWS
+variables); ``--object-store`` starts the local S3 server (``lakestream s3 start``'s) and puts the
+demo's tables and checkpoints on it (:func:`local_object_store`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import shutil
 import signal
@@ -23,6 +28,8 @@ from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
+from urllib.parse import urlparse
 
 from demo.job_process import JobProcess
 from demo.live_view import LiveView, ProgressMode, Snapshot, Watcher
@@ -30,6 +37,12 @@ from devtools.sample_events import SampleSettings, generate
 from flink_jobs.lifecycle import JobFailedError
 from lakestream import paths
 from lakestream.config import Config, ConfigError
+from runtime.flink_env import on_object_store
+from storage.delta_log import location
+from storage.object_store import export_settings, is_object_store
+
+if TYPE_CHECKING:
+    from devtools.s3_server import S3Status
 
 #: The demo's own consumer group: its runs never move the committed offsets of a real ingest job.
 DEMO_GROUP = "lakestream-demo"
@@ -152,8 +165,8 @@ def check_demo_slots(cfg: Config) -> None:
 
 
 def _env(cfg: Config, bootstrap: str) -> dict[str, str]:
-    """The job process's environment: this one plus the settings the demo chose, as overrides."""
-    import os
+    """The job process's environment: this one (with the AWS variables of an object store) plus the
+    settings the demo chose, as overrides."""
 
     def toml(value: str) -> str:
         return json.dumps(value)  # a TOML basic string
@@ -168,6 +181,10 @@ def _env(cfg: Config, bootstrap: str) -> dict[str, str]:
         "LAKESTREAM__FLINK__CHECKPOINT_INTERVAL": toml(
             f"{int(cfg.flink.checkpoint_interval.total_seconds() * 1000)}ms"
         ),
+        "LAKESTREAM__STORAGE__ENDPOINT": toml(cfg.storage.endpoint),
+        "LAKESTREAM__STORAGE__REGION": toml(cfg.storage.region),
+        "LAKESTREAM__STORAGE__PATH_STYLE": str(cfg.storage.path_style).lower(),
+        "LAKESTREAM__STORAGE__ALLOW_HTTP": str(cfg.storage.allow_http).lower(),
     }
 
 
@@ -187,26 +204,92 @@ def _cancel_cluster_job(jobmanager: str, log_text: str) -> str:
     return f"job {ids[-1]} cancelled on {jobmanager}"
 
 
+def local_object_store(cfg: Config, view: LiveView) -> tuple[Config, S3Status]:
+    """``--object-store``: the local S3 server and the configuration that puts the demo on it.
+
+    The server is ``lakestream s3 start``'s (started unless it runs, data in ``STATE_DIR/s3``) and keeps
+    running after the demo, so the commands the summary prints work. Tables go under
+    ``s3://lakestream`` (or ``lakehouse.root`` when that is on S3), checkpoints under
+    ``s3://<bucket>/checkpoints`` (or ``flink.checkpoint_dir`` when on S3). Its key pair reaches the
+    job and the demo's own reads as the AWS variables of this process, nowhere else.
+    """
+    from devtools.s3_server import DEFAULT_BUCKET, S3ServerError, start_detached
+
+    if cfg.flink.jobmanager:
+        raise ConfigError(
+            "--object-store: the local S3 server serves the demo's own MiniCluster; for the cluster at "
+            "flink.jobmanager set lakehouse.root and flink.checkpoint_dir to s3:// URIs and [storage] to "
+            "a store its TaskManagers reach (docs/object-storage.md)"
+        )
+    root = cfg.lakehouse.root if is_object_store(cfg.lakehouse.root) else f"s3://{DEFAULT_BUCKET}"
+    bucket = urlparse(root).netloc
+    checkpoints = cfg.flink.checkpoint_dir
+    if not on_object_store(checkpoints):
+        checkpoints = f"s3://{bucket}/checkpoints"
+    view.note("starting the local S3 server ...")
+    status = start_detached(buckets=sorted({bucket, urlparse(checkpoints).netloc}))
+    if status.endpoint is None:
+        raise S3ServerError(f"the local S3 server started, but {status.state_file} names no endpoint")
+    endpoint = status.endpoint
+    os.environ["AWS_ACCESS_KEY_ID"] = endpoint.access_key
+    os.environ["AWS_SECRET_ACCESS_KEY"] = endpoint.secret_key
+    os.environ.pop("AWS_SESSION_TOKEN", None)
+    cfg = cfg.replace(
+        "storage", endpoint=endpoint.url, region=endpoint.region, path_style=True, allow_http=True
+    )
+    export_settings(cfg.storage)
+    view.note(f"S3 server at {endpoint.url} (`lakestream s3 status`)")
+    cfg = cfg.replace("lakehouse", root=root)
+    return cfg.replace("flink", checkpoint_dir=checkpoints), status
+
+
+def _empty_on_store(uri: str) -> None:
+    """Delete everything under ``uri`` on its object store.
+
+    Its first request is the writers' conditional-write probe, so a wrong endpoint, key pair or bucket,
+    or a store without conditional writes, fails here with the fix.
+    """
+    import obstore
+
+    from storage.object_store import store_error
+    from storage.table_files import table_files
+
+    files = table_files(uri)
+    files.check_conditional_writes()
+    try:
+        files.delete_all()
+    except (obstore.exceptions.BaseError, OSError) as exc:
+        raise store_error(exc, uri) from None
+
+
 def _prepare(cfg: Config) -> tuple[Config, Path]:
     """The demo's configuration (its own lakehouse folder, checkpoints, group) and its report path.
 
-    The demo owns ``<root>/demo`` and ``<checkpoint_dir>/demo`` and starts them empty, so running it
-    twice gives the same tables.
+    The demo owns ``<root>/demo`` and ``<checkpoint_dir>/demo`` (folders, or prefixes on an object
+    store) and starts them empty, so running it twice gives the same tables. The report goes beside the
+    tables of a local lakehouse, else to ``STATE_DIR/demo`` (a browser opens a local file).
     """
-    if "://" in cfg.lakehouse.root:
-        raise ConfigError(
-            f"lakehouse.root {cfg.lakehouse.root!r}: the demo needs a local folder (it reads the tables' "
-            "logs to show progress, and the Delta sink stages files locally); pass --lakehouse DIR"
-        )
-    demo_root = Path(cfg.lakehouse.root) / "demo"
-    checkpoints = Path(cfg.flink.checkpoint_dir) / "demo"
-    shutil.rmtree(demo_root, ignore_errors=True)
-    if not cfg.flink.jobmanager:  # a cluster's checkpoint folder is the cluster's to clean
-        shutil.rmtree(checkpoints, ignore_errors=True)
-    cfg = cfg.replace("lakehouse", root=str(demo_root))
-    cfg = cfg.replace("flink", checkpoint_dir=str(checkpoints))
+    if is_object_store(cfg.lakehouse.root):
+        demo_root = location(cfg.lakehouse.root, "demo")
+        _empty_on_store(demo_root)
+        report = paths.STATE_DIR / "demo" / "report.html"
+    else:
+        demo_path = Path(cfg.lakehouse.root) / "demo"
+        shutil.rmtree(demo_path, ignore_errors=True)
+        demo_root, report = str(demo_path), demo_path / "report.html"
+    # A cluster's checkpoint folder is the cluster's to clean.
+    if on_object_store(cfg.flink.checkpoint_dir):
+        checkpoints = location(cfg.flink.checkpoint_dir, "demo")
+        if not cfg.flink.jobmanager:
+            _empty_on_store(checkpoints)
+    else:
+        checkpoints = str(Path(cfg.flink.checkpoint_dir) / "demo")
+        if not cfg.flink.jobmanager:
+            shutil.rmtree(checkpoints, ignore_errors=True)
+    cfg = cfg.replace("lakehouse", root=demo_root)
+    cfg = cfg.replace("flink", checkpoint_dir=checkpoints)
     cfg = cfg.replace("kafka", group_id=DEMO_GROUP, starting_offsets="committed")
-    return cfg, demo_root / "report.html"
+    return cfg, report
 
 
 def run_demo(
@@ -218,28 +301,37 @@ def run_demo(
     checkpoint_interval: timedelta = timedelta(seconds=2),
     progress: ProgressMode = "auto",
     config_path: Path | None = None,
+    object_store: bool = False,
 ) -> int:
-    """Produce sample events while the ingest job runs bounded, show progress, summarise; the exit code."""
+    """Produce sample events while the ingest job runs bounded, show progress, summarise; the exit code.
+
+    ``object_store``: on the local S3 server (:func:`local_object_store`).
+    """
     started = time.monotonic()
     view = LiveView(progress)
     jobs: list[JobProcess] = []
+    server: S3Status | None = None
     try:
         with _signals_interrupt() as interrupts:
             paths.require_jvm_build()
-            cfg, report = _prepare(cfg.replace("flink", checkpoint_interval=checkpoint_interval))
+            cfg = cfg.replace("flink", checkpoint_interval=checkpoint_interval)
+            if object_store:
+                cfg, server = local_object_store(cfg, view)
+            cfg, report = _prepare(cfg)
             if cfg.flink.jobmanager:
                 check_demo_slots(cfg)
             with view:
                 snap = _run(
                     cfg, view, interrupts, jobs, events, produce_seconds, upfront, config_path, started
                 )
-            _finish(cfg, snap, report, started)
+            _finish(cfg, snap, report, started, server)
     except DemoInterrupted as exc:
         view.close()
         left = [pid for job in jobs for pid in job.leftovers()]
         where = f"; still running: pids {left}" if left else ", no process left behind"
+        kept = "; the local S3 server keeps running (`lakestream s3 stop`)" if server is not None else ""
         print(
-            f"lakestream demo: interrupted ({exc}); job, producer and broker stopped{where}",
+            f"lakestream demo: interrupted ({exc}); job, producer and broker stopped{where}{kept}",
             file=sys.stderr,
             flush=True,
         )
@@ -352,14 +444,21 @@ def _stop_job(job: JobProcess, cfg: Config, view: LiveView) -> None:
         view.note(f"lakestream demo: processes of the job still running after SIGKILL: {left}")
 
 
-def _finish(cfg: Config, snap: Snapshot, report: Path, started: float) -> None:
-    """Write the report and print the end summary."""
+def _finish(cfg: Config, snap: Snapshot, report: Path, started: float, server: S3Status | None) -> None:
+    """Write the report and print the end summary (on an object store, how to reach it first)."""
     from rich.console import Console
 
     from demo.html_report import write_report
     from demo.summary import render_summary
 
-    root = Path(cfg.lakehouse.root)
+    root = cfg.lakehouse.root
+    setup: list[str] = []
+    notes: list[str] = []
+    if server is not None:
+        setup.append(server.export_line())
+        notes.append("The local S3 server keeps running for these; `lakestream s3 stop` stops it.")
+    elif is_object_store(root):
+        notes.append("(Run them with the [storage] settings and AWS variables the demo had.)")
     error = None
     try:
         write_report(root, report, max_out_of_orderness=cfg.event_time.max_out_of_orderness)
@@ -367,7 +466,7 @@ def _finish(cfg: Config, snap: Snapshot, report: Path, started: float) -> None:
         error = f"{type(exc).__name__}: {exc}"
     console = Console(highlight=False)
     if not console.is_terminal:  # a log: no terminal width to fit, keep the paths whole
-        longest = max((len(str((root / t.name).absolute())) for t in snap.tables), default=0)
+        longest = max((len(location(root, t.name)) for t in snap.tables), default=0)
         console = Console(highlight=False, width=max(120, longest + 60))
     for part in render_summary(
         snap,
@@ -375,6 +474,8 @@ def _finish(cfg: Config, snap: Snapshot, report: Path, started: float) -> None:
         report=None if error else report,
         report_error=error,
         elapsed_s=time.monotonic() - started,
+        setup=setup,
+        notes=notes,
     ):
         # Commands stay on one line (to copy them whole); prose and the table fit the width.
         console.print(part, soft_wrap=str(part).startswith("  "))

@@ -1,5 +1,5 @@
 """What the demo prints when it is done: each table's path, rows and version, the event counts, where
-the report is, and how to query the tables."""
+the report is, and how to query the tables (on an object store: after the ``export`` of its settings)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 
 from demo.live_view import Snapshot
 from lakestream.table_names import LATE_TABLE, QUARANTINE_TABLE, REVIEW_TABLE, SILVER_TABLE
+from storage.delta_log import is_local_uri, local_path, location
 
 
 def _cli() -> str:
@@ -32,28 +33,55 @@ def _relative(path: Path) -> str:
         return str(absolute)
 
 
-def query_hints(root: Path, *, table: str = SILVER_TABLE) -> list[str]:
-    """Commands that show the tables: the CLI, a deltalake one-liner and a DuckDB one."""
-    where = _relative(root)
-    silver = _relative(root / table)
+def shown(root: str, name: str = "") -> str:
+    """Where ``name`` under ``root`` is, as the summary shows it: a local path relative to the working
+    directory when it is under it, a URI as it is."""
+    if not is_local_uri(root):
+        return location(root, name) if name else root.rstrip("/")
+    return _relative(Path(local_path(root)) / name)
+
+
+def query_hints(root: str, *, table: str = SILVER_TABLE) -> list[str]:
+    """Commands that show the tables: the CLI, a deltalake one-liner and (for a local folder) a DuckDB one.
+
+    On an object store they read its settings from the environment (the ``export`` line before them).
+    """
+    where = shown(root)
+    silver = shown(root, table)
     python = shlex.quote(_relative(Path(sys.executable)))
-    return [
+    hints = [
         f"{_cli()} tables --lakehouse {shlex.quote(where)}",
         f"{python} -c \"from deltalake import DeltaTable; print(DeltaTable('{silver}').to_pandas().head())\"",
-        f'duckdb -c "INSTALL delta; LOAD delta; '
-        f"SELECT status, count(*) FROM delta_scan('{silver}') GROUP BY 1\"   (if you have DuckDB)",
     ]
+    if is_local_uri(root):
+        hints.append(
+            f'duckdb -c "INSTALL delta; LOAD delta; '
+            f"SELECT status, count(*) FROM delta_scan('{silver}') GROUP BY 1\"   (if you have DuckDB)"
+        )
+    return hints
 
 
 def render_summary(
-    snap: Snapshot, *, root: Path, report: Path | None, report_error: str | None, elapsed_s: float
+    snap: Snapshot,
+    *,
+    root: str,
+    report: Path | None,
+    report_error: str | None,
+    elapsed_s: float,
+    setup: Sequence[str] = (),
+    notes: Sequence[str] = (),
 ) -> Sequence[Any]:
-    """The end summary as ``rich`` renderables (printed one after the other)."""
+    """The end summary as ``rich`` renderables (printed one after the other).
+
+    ``setup``: commands to run before the query commands (the object store's ``export`` line);
+    ``notes``: lines after them (what keeps running).
+    """
     from rich.table import Table
     from rich.text import Text
 
     produced = sum(snap.produced.values())
-    table = Table(title=f"Delta tables under {root.resolve()}", title_justify="left", header_style="bold")
+    where = local_path(root) if is_local_uri(root) else shown(root)
+    table = Table(title=f"Delta tables under {where}", title_justify="left", header_style="bold")
     table.add_column("table")
     table.add_column("rows", justify="right")
     table.add_column("version", justify="right")
@@ -63,7 +91,7 @@ def render_summary(
             t.name,
             "-" if t.rows is None else f"{t.rows:,}",
             "-" if t.version is None else str(t.version),
-            _relative(root / t.name),
+            shown(root, t.name),
         )
     counts = Text(
         f"{produced:,} events produced; {snap.rows(LATE_TABLE):,} late (still applied to silver), "
@@ -77,5 +105,6 @@ def render_summary(
     elif report_error:
         out.append(Text(f"No report: {report_error}", style="yellow"))
     out.append(Text("Query them:", style="bold"))
-    out.extend(Text(f"  {hint}") for hint in query_hints(root))
+    out.extend(Text(f"  {hint}") for hint in [*setup, *query_hints(root)])
+    out.extend(Text(note) for note in notes)
     return out

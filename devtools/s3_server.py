@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import re
 import secrets
+import shlex
 import subprocess
 import time
 from collections.abc import Iterable
@@ -70,6 +71,8 @@ _MAIN_CLASS = "org.gaul.s3proxy.Main"
 _KEY_CHARS = re.compile(r"[\x21-\x7e]{3,128}")
 #: The region the local server's clients sign for (S3Proxy accepts any; one name keeps them alike).
 REGION = "us-east-1"
+#: The storage option that holds the secret key: never printed.
+_SECRET = "AWS_SECRET_ACCESS_KEY"
 #: S3's rule for new bucket names (what AWS accepts today): 3-63 lowercase letters, digits, dots, hyphens.
 _BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 
@@ -242,6 +245,16 @@ class S3Status:
         if self.endpoint is None:
             raise S3ServerError("no S3 server is running: start one with `lakestream s3 start`")
         return self.endpoint.storage_options()
+
+    def export_line(self) -> str:
+        """``export ...`` of :meth:`storage_options` for a shell; the secret is not in it: the line reads
+        it from the owner-only state file when it runs."""
+        exports = [
+            f"{key}={shlex.quote(value)}" for key, value in self.storage_options().items() if key != _SECRET
+        ]
+        read_secret = shlex.quote('import json,sys; print(json.load(open(sys.argv[1]))["secret_key"])')
+        exports.append(f'{_SECRET}="$(python3 -c {read_secret} {shlex.quote(str(self.state_file))})"')
+        return "export " + " ".join(exports)
 
 
 # ----------------------------------------------------------------------------------------- the server

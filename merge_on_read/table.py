@@ -32,6 +32,7 @@ from lakestream.merge_spec import MergeSpec
 from sinks.table_bootstrap import open_table
 from sinks.table_spec import DEFAULT_TARGET_FILE_SIZE, TableSpec
 from storage.delta_log import open_filesystem
+from storage.object_store import options_for
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ class MergeOnReadTable:
     storage_options: Mapping[str, str] | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "storage_options", options_for(self.snapshot_uri, self.storage_options))
         check_sequenced(self.spec, self.seq)
         self.spec.validate(self.schema)
         if self.event_time is not None and self.event_time not in self.schema.names:

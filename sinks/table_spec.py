@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from lakestream.merge_reduce import reduce_guarded, reduce_latest
 from lakestream.merge_spec import MergeSpec
+from storage.object_store import options_for
 
 WriteMode = Literal["append", "merge", "upsert", "changes"]
 WRITE_MODES: tuple[str, ...] = ("append", "merge", "upsert", "changes")
@@ -40,7 +41,9 @@ class TableSpec:
     partition_by: Sequence[str] = ()
     merge: MergeSpec | None = None
     target_file_size: int = DEFAULT_TARGET_FILE_SIZE
-    #: Copied; None when empty.
+    #: Copied; None when empty. For an object-store table left None, the store's settings of the process
+    #: that builds the spec (``storage.object_store.settings_from_environment``), so that the writers on
+    #: a TaskManager reach the same store with only the credentials in their own environment.
     storage_options: dict[str, str] | None = None
     #: Changes mode: the int64 column each commit stamps on its rows (the table version it lands at).
     sequence_column: str | None = None
@@ -50,9 +53,7 @@ class TableSpec:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "partition_by", tuple(self.partition_by))
-        object.__setattr__(
-            self, "storage_options", dict(self.storage_options) if self.storage_options else None
-        )
+        object.__setattr__(self, "storage_options", options_for(self.table_uri, self.storage_options))
         mode, schema, merge = self.mode, self.schema, self.merge
         if mode not in WRITE_MODES:
             raise ValueError(f"mode must be one of {', '.join(WRITE_MODES)}, got {mode!r}")

@@ -21,6 +21,7 @@ from urllib.parse import unquote, urlparse
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from lakestream.progress import PROGRESS_SEGMENT
 from lakestream.time import parse_iso
 from storage.read_errors import DeltaReadError, UnsupportedTableError
 
@@ -52,6 +53,13 @@ def local_path(uri: str) -> str:
     if uri.startswith("file://"):
         return str(Path(unquote(urlparse(uri).path)).resolve())
     return str(Path(uri).resolve())
+
+
+def location(root: str | Path, name: str) -> str:
+    """Where ``name`` (``silver/orders``) is under ``root``: a local path joined, a URI with ``/``."""
+    if is_local_uri(str(root)):
+        return str(Path(local_path(str(root))) / name)
+    return f"{str(root).rstrip('/')}/{name}"
 
 
 def open_filesystem(table_uri: str, storage_options: Mapping[str, str] | None = None) -> pafs.FileSystem:
@@ -417,7 +425,8 @@ class CommitSummary:
     #: Paths of the added files and their ``numRecords`` (None where a file has no statistics).
     added: dict[str, int | None] = field(default_factory=dict)
     removed: tuple[str, ...] = ()
-    #: ``txn`` actions: app id -> version (the checkpoint id, ``END_OF_INPUT`` at the end).
+    #: The sinks' ``txn`` actions: app id -> version (the checkpoint id, ``END_OF_INPUT`` at the end);
+    #: not the progress values recorded as txn actions too.
     txn: dict[str, int] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=dict)
     #: ``operationMetrics`` of the commit (MERGE: rows inserted/updated, execution time).
@@ -472,7 +481,8 @@ def summarize(commit: Commit) -> CommitSummary:
         files_removed=len(removed),
         added=added,
         removed=removed,
-        txn=dict(commit.txn),
+        # Progress values share the txn action (``lakestream.progress``) but are offsets and times.
+        txn={app: v for app, v in commit.txn.items() if f":{PROGRESS_SEGMENT}:" not in app},
         counters={str(k): int(v) for k, v in (commit.info.get(COUNTERS_KEY) or {}).items()},
         metrics=dict(commit.info.get("operationMetrics") or {}),
         ingest_min_ms=min(lows) if lows else None,
@@ -490,7 +500,8 @@ class TableLog:
     never sees a half-applied commit.
     """
 
-    path: Path
+    #: A local folder or an object-store URI (``s3://bucket/table``; settings from the environment).
+    path: str | Path
     commits: list[CommitSummary] = field(default_factory=list)
     _live: dict[str, int | None] = field(default_factory=dict)
     _log: DeltaLog = field(init=False, repr=False)

@@ -56,6 +56,33 @@ def delta_options(settings: StorageConfig) -> dict[str, str]:
     return out
 
 
+#: The variables that say where the store is and how to talk to it (never who we are).
+SETTING_VARIABLES = (
+    "AWS_ENDPOINT_URL",
+    "AWS_REGION",
+    "AWS_VIRTUAL_HOSTED_STYLE_REQUEST",
+    "AWS_ALLOW_HTTP",
+    "AWS_CONDITIONAL_PUT",
+)
+
+
+def settings_from_environment() -> dict[str, str]:
+    """The store's settings this process reads (``[storage]`` once exported), to travel with a job.
+
+    A TaskManager's worker then reaches the same store with only its own credentials in its
+    environment; credentials are not among them.
+    """
+    return {key: os.environ[key] for key in SETTING_VARIABLES if os.environ.get(key)}
+
+
+def options_for(uri: str, given: Mapping[str, str] | None) -> dict[str, str] | None:
+    """The storage options a job's client of ``uri`` carries: ``given``, else for an object store the
+    settings of the building process (:func:`settings_from_environment`); None when there are none."""
+    if given is not None:
+        return dict(given) or None
+    return (settings_from_environment() if is_object_store(uri) else {}) or None
+
+
 def export_settings(settings: StorageConfig, environ: MutableMapping[str, str] | None = None) -> None:
     """Put ``[storage]`` into the environment every client of this process (and its children) reads.
 

@@ -25,6 +25,7 @@ from sources.offsets import SourceOffset
 from sources.options import DeltaSourceOptions
 from sources.reader import table_rows
 from sources.stream_reader import DeltaStreamReader, PollReport, resolve_read_schema
+from storage.object_store import options_for
 from storage.reader_positions import PositionRecorder
 from storage.table_files import table_files
 
@@ -68,7 +69,7 @@ class DeltaSourceFunction(KeyedProcessFunction):  # type: ignore[misc]
         self.table_uri = table_uri
         self.options = options
         self.read_schema = read_schema
-        self.storage_options = dict(storage_options or {})
+        self.storage_options = options_for(table_uri, storage_options) or {}
         self.metric_scope = metric_scope or table_uri
         self.start_json = start.to_json() if start is not None else None
         self.emit_progress = emit_progress

@@ -1,12 +1,15 @@
-"""docker-compose.yml's Flink services and demo client, run on this host as the containers would run them.
+"""docker-compose.yml's services, run on this host as the containers would run them.
 
 There is no Docker engine here, so each service's own command (``docker/entrypoint.sh jobmanager``,
-``taskmanager``, ``demo``) runs as a process with the compose file's environment, mapped to one host:
-the service names ``jobmanager`` / ``taskmanager`` and the bind-all address are loopback, ``kafka:9092``
-is the tests' real broker (the ``apache/kafka`` image cannot run here), the volumes ``/lakehouse`` and
-``/checkpoints`` are folders of the test, and the ports each container would have to itself (REST 8081,
-RPC 6123, Prometheus 9249) are free ports, as Docker's port mapping would give. Each service gets its
-own copy of the wheel's ``conf/`` (a container's), to which the entrypoint appends ``FLINK_PROPERTIES``.
+``taskmanager``, ``create-bucket``, ``demo``) runs as a process with the compose file's environment,
+mapped to one host: the service names ``jobmanager`` / ``taskmanager`` and the bind-all address are
+loopback, ``kafka:9092`` is the tests' real broker (the ``apache/kafka`` image cannot run here), the
+object store ``s3:9000`` is the same S3Proxy release as the ``andrewgaul/s3proxy`` image, started by
+``devtools.s3_server`` with the service's key pair, the volume ``/state`` is a folder of the test, and the
+ports each container would have to itself (REST 8081, RPC 6123, Prometheus 9249, S3 9000) are free ports,
+as Docker's port mapping would give. Each service gets its own copy of the wheel's ``conf/`` (a
+container's), to which the entrypoint appends ``FLINK_PROPERTIES``, and a plugins folder like the
+image's: the wheel's plugins plus Flink's S3 plugin (``FLINK_PLUGINS_DIR``).
 """
 
 from __future__ import annotations
@@ -25,11 +28,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow.fs as pafs
 import pytest
 import yaml
 from deltalake import DeltaTable
 
 from devtools import processes
+from devtools.s3_server import LocalS3
+from lakestream import paths
 from runtime.flink_env import flink_home
 from tests.support.prometheus import Scraper
 
@@ -37,6 +43,8 @@ pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parents[2]
 ENTRYPOINT = ROOT / "docker" / "entrypoint.sh"
 SERVICE_HOSTS = ("jobmanager", "taskmanager", "kafka")
+#: Where the compose file's services reach the object store.
+S3_ADDRESS = "s3:9000"
 
 
 def compose_services() -> dict[str, Any]:
@@ -44,9 +52,10 @@ def compose_services() -> dict[str, Any]:
     return services
 
 
-def on_host(value: str, *, kafka: str, volumes: Mapping[str, Path], ports: Mapping[str, int]) -> str:
+def on_host(value: str, *, kafka: str, s3: str, volumes: Mapping[str, Path], ports: Mapping[str, int]) -> str:
     """A compose environment value as it reads on one host (see the module docstring)."""
     value = value.replace("kafka:9092", kafka)
+    value = re.sub(rf"\b{re.escape(S3_ADDRESS)}\b", s3, value)
     for container_port, port in ports.items():
         value = re.sub(rf"\b(jobmanager|taskmanager):{container_port}\b", rf"\1:{port}", value)
     value = re.sub(rf"\b({'|'.join(SERVICE_HOSTS)})\b(?=:\d|$)", "localhost", value)
@@ -96,14 +105,43 @@ class Host:
     kafka: str
     ports: dict[str, int] = field(default_factory=dict)
     services: dict[str, Service] = field(default_factory=dict)
+    s3: LocalS3 | None = None
 
     @property
     def volumes(self) -> dict[str, Path]:
-        return {"/lakehouse": self.work / "lakehouse", "/checkpoints": self.work / "checkpoints"}
+        return {"/state": self.work / "demo-state"}
+
+    @property
+    def plugins(self) -> Path:
+        """The image's Flink plugins folder: the wheel's plugins and Flink's S3 plugin (docker/Dockerfile)."""
+        folder = self.work / "plugins"
+        if not folder.is_dir():
+            folder.mkdir()
+            for plugin in [*(flink_home() / "plugins").iterdir(), paths.require_s3_plugin()]:
+                if plugin.is_dir():
+                    (folder / plugin.name).symlink_to(plugin, target_is_directory=True)
+        return folder
+
+    def start_s3(self) -> LocalS3:
+        """The ``s3`` service: S3Proxy on its filesystem store with the service's key pair, on a free port."""
+        env = compose_services()["s3"]["environment"]
+        assert env["S3PROXY_ENDPOINT"].endswith(":9000") and env["JCLOUDS_PROVIDER"] == "filesystem"
+        self.s3 = LocalS3.start(
+            data_dir=self.work / "s3",
+            port=self.ports["s3"],
+            access_key=env["S3PROXY_IDENTITY"],
+            secret_key=env["S3PROXY_CREDENTIAL"],
+        )
+        return self.s3
 
     def environment(self, service: str, ports: Mapping[str, int]) -> dict[str, str]:
         env = {str(k): str(v) for k, v in compose_services()[service].get("environment", {}).items()}
-        kw = {"kafka": self.kafka, "volumes": self.volumes, "ports": {"8081": self.ports["rest"]}}
+        kw = {
+            "kafka": self.kafka,
+            "s3": f"127.0.0.1:{self.ports['s3']}",  # where LocalS3 listens (not ::1)
+            "volumes": self.volumes,
+            "ports": {"8081": self.ports["rest"]},
+        }
         mapped = {k: on_host(v, **kw) for k, v in env.items() if k != "FLINK_PROPERTIES"}
         if "FLINK_PROPERTIES" in env:
             mapped["FLINK_PROPERTIES"] = flink_properties(env["FLINK_PROPERTIES"], ports, **kw)
@@ -119,6 +157,7 @@ class Host:
             "FLINK_CONF_DIR": str(conf_dir),
             "FLINK_LOG_DIR": str(self.work / f"log-{service}"),
             "FLINK_PID_DIR": str(self.work / f"pid-{service}"),
+            "FLINK_PLUGINS_DIR": str(self.plugins),
             "LAKESTREAM_STATE_DIR": str(self.work / f"state-{service}"),
             **self.environment(service, ports or {}),
         }
@@ -149,7 +188,7 @@ class Host:
 def host(tmp_path: Path, kafka: str) -> Iterator[Host]:
     h = Host(tmp_path, kafka)
     taken: list[int] = []
-    for name in ("rest", "rpc", "prom-jm", "prom-tm"):
+    for name in ("rest", "rpc", "prom-jm", "prom-tm", "s3"):
         taken.append(processes.free_port(exclude=taken))
         h.ports[name] = taken[-1]
     try:
@@ -157,9 +196,38 @@ def host(tmp_path: Path, kafka: str) -> Iterator[Host]:
     finally:
         for service in reversed(list(h.services.values())):
             service.stop()
+        if h.s3 is not None:
+            h.s3.stop()
 
 
-def test_the_compose_cluster_runs_the_demo_and_serves_prometheus_metrics(host: Host) -> None:
+def run_once(host: Host, service: str) -> subprocess.CompletedProcess[str]:
+    """A one-shot service's command to its end (its own wheel conf, as in its container)."""
+    shutil.copytree(flink_home() / "conf", host.work / f"conf-{service}")
+    done = subprocess.run(
+        ["bash", str(ENTRYPOINT), *[str(c) for c in compose_services()[service]["command"]]],
+        cwd=ROOT,
+        env=host.process_env(service, host.work / f"conf-{service}"),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    (host.work / f"{service}.out").write_text(done.stdout + done.stderr)
+    return done
+
+
+def test_the_compose_cluster_runs_the_demo_on_the_object_store_and_serves_prometheus_metrics(
+    host: Host,
+) -> None:
+    # The object store and its bucket first, as the demo's depends_on orders them.
+    s3 = host.start_s3()
+    bucket = run_once(host, "s3-bucket")
+    assert bucket.returncode == 0, bucket.stdout + bucket.stderr
+    assert "s3://lakestream: created" in bucket.stdout
+    assert "lakestream" in [
+        i.base_name for i in s3.endpoint.filesystem().get_file_info(pafs.FileSelector(""))
+    ]
+
     # The ports each container has to itself, moved to free ones on this host.
     jm_ports = {
         "rest.port": host.ports["rest"],
@@ -184,35 +252,42 @@ def test_the_compose_cluster_runs_the_demo_and_serves_prometheus_metrics(host: H
         overview["taskmanagers"] == 1
     )  # 4 slots: the compose file's numberOfTaskSlots won over the wheel's 1
 
-    shutil.copytree(flink_home() / "conf", host.work / "conf-demo")  # the demo container's own wheel conf
     demo_env = host.process_env("demo", host.work / "conf-demo")
     assert demo_env["LAKESTREAM__FLINK__JOBMANAGER"] == f"localhost:{host.ports['rest']}"
-    assert demo_env["LAKESTREAM__LAKEHOUSE__ROOT"] == str(host.work / "lakehouse")
-    demo_command = [str(c) for c in compose_services()["demo"]["command"]]
+    assert demo_env["LAKESTREAM__STORAGE__ENDPOINT"] == s3.url
     tm_metrics = Scraper(f"http://127.0.0.1:{host.ports['prom-tm']}/metrics", interval=0.5)
     jm_metrics = Scraper(f"http://127.0.0.1:{host.ports['prom-jm']}/metrics", interval=1.0)
     with tm_metrics, jm_metrics:
-        demo = subprocess.run(
-            ["bash", str(ENTRYPOINT), *demo_command],
-            cwd=ROOT,
-            env=demo_env,
-            capture_output=True,
-            text=True,
-            timeout=900,
-            check=False,
-        )
-    (host.work / "demo.out").write_text(demo.stdout + demo.stderr)
-    assert demo.returncode == 0, f"demo failed, output in {host.work / 'demo.out'}:\n{demo.stdout[-3000:]}"
+        demo = run_once(host, "demo")
+    out = host.work / "demo.out"
+    assert demo.returncode == 0, (
+        f"demo failed, output in {out}:\n{demo.stdout[-3000:]}\n{demo.stderr[-3000:]}"
+    )
     assert "Done in" in demo.stdout and "events produced" in demo.stdout  # the demo's end summary
+    assert "Delta tables under s3://lakestream/demo" in demo.stdout
+    assert (host.work / "demo-state" / "demo" / "report.html").is_file()  # on the demo's /state volume
     jobs = host.rest("/jobs/overview")["jobs"]
     assert [j["state"] for j in jobs] == ["FINISHED"]
 
-    demo_root = host.work / "lakehouse" / "demo"
-    bronze = DeltaTable(str(demo_root / "bronze" / "order_events")).to_pyarrow_dataset().count_rows()
-    silver = DeltaTable(str(demo_root / "silver" / "orders")).to_pyarrow_dataset().count_rows()
-    assert bronze > 0 and silver > 0
-    # Checkpoints went to the shared volume (a finished job's completed ones are removed by Flink).
-    assert (host.work / "checkpoints" / "demo" / jobs[0]["jid"]).is_dir()  # the demo's own folder
+    # The tables are on the store, read through its S3 API with the compose file's key pair.
+    options = s3.storage_options()
+    bronze = DeltaTable("s3://lakestream/demo/bronze/order_events", storage_options=options)
+    silver = DeltaTable("s3://lakestream/demo/silver/orders", storage_options=options)
+    assert bronze.to_pyarrow_dataset().count_rows() > 0 and silver.to_pyarrow_dataset().count_rows() > 0
+    # The job's checkpoints completed on the store, through Flink's S3 plugin of the JobManager and the
+    # TaskManager (a finished job's are deleted by Flink, so its checkpoint statistics tell where they were).
+    stats = host.rest(f"/jobs/{jobs[0]['jid']}/checkpoints")
+    assert stats["counts"]["completed"] >= 1, stats["counts"]  # (triggers fail while tasks still deploy)
+    where = stats["latest"]["completed"]["external_path"]
+    assert where.startswith(f"s3://lakestream/checkpoints/demo/{jobs[0]['jid']}/chk-"), where
+    assert not (host.work / "lakehouse").exists() and not (host.work / "checkpoints").exists()
+    # The key pair's secret is in no log of the services (Beam's log of the workers' environment is off).
+    secret = compose_services()["s3"]["environment"]["S3PROXY_CREDENTIAL"]
+    for service in ("jobmanager", "taskmanager", "demo"):
+        logs = [host.work / f"{service}.out", *(host.work / f"log-{service}").glob("*")]
+        logs += [*(host.work / "demo-state" / "logs").glob("*")] if service == "demo" else []
+        leaked = [log.name for log in logs if log.is_file() and secret in log.read_text(errors="replace")]
+        assert not leaked, f"{service}: the secret key is in {leaked}"
 
     # Prometheus: the JobManager's cluster view and the TaskManager's lakestream operator metrics.
     assert max(jm_metrics.values("flink_jobmanager_taskSlotsTotal")) == 4

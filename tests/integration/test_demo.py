@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from deltalake import DeltaTable
 
 from demo.event_feed import plan
 from devtools.processes import kill_group, pids_with_env
+from devtools.s3_server import status_detached, stop_detached
 from devtools.sample_events import SampleSettings, generate
 from lakestream.config import load_config
 from tests.support.silver_oracle import FIELDS as RESOLVED
@@ -29,6 +30,8 @@ from tests.support.silver_oracle import expected_silver
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 EVENTS = 2000
+#: The object-store variant: enough for late events, duplicates and several checkpoints.
+STORE_EVENTS = 600
 MARK = "LAKESTREAM_DEMO_TEST"
 LINE = re.compile(r"^\[\s*(\d+)s\] (\S.*?) \| produced (\d+)/(\d+) \| rows: bronze (\d+) ")
 
@@ -43,8 +46,9 @@ def _env(tmp_path: Path, mark: str) -> dict[str, str]:
 
 
 def _start(tmp_path: Path, mark: str, *args: str) -> subprocess.Popen[str]:
+    where = [] if "--object-store" in args else ["--lakehouse", str(tmp_path / "lake")]
     return subprocess.Popen(
-        [sys.executable, "-m", "cli", "demo", "--lakehouse", str(tmp_path / "lake"), *args],
+        [sys.executable, "-m", "cli", "demo", *where, *args],
         cwd=ROOT,
         env=_env(tmp_path, mark),
         stdout=subprocess.PIPE,
@@ -109,19 +113,16 @@ class _Report(HTMLParser):
             self._in = None
 
 
-def test_demo_shows_progress_and_ends_with_exact_tables_a_summary_and_a_report(
-    tmp_path: Path, mark: str
-) -> None:
+def _run_demo(tmp_path: Path, mark: str, *args: str) -> str:
+    """Run the demo to its end; its output, once it exited 0 and left no process of its own."""
     started = time.monotonic()
-    proc = _start(tmp_path, mark, "--events", str(EVENTS), "--produce-seconds", "15")
+    proc = _start(tmp_path, mark, *args)
     try:
         out, err = proc.communicate(timeout=420)
     finally:
         kill_group(proc)
-    wall = time.monotonic() - started
+    print(f"demo took {time.monotonic() - started:.1f}s")
     assert proc.returncode == 0, f"demo exited {proc.returncode}\n{out[-6000:]}\n{err[-6000:]}"
-    print(f"demo took {wall:.1f}s")
-    assert pids_with_env(MARK, mark) == [], "the demo left processes behind"
 
     # Live progress (plain lines: stdout is not a terminal): rows were committed while events still came.
     lines = [m.groups() for m in map(LINE.match, out.splitlines()) if m]
@@ -130,9 +131,13 @@ def test_demo_shows_progress_and_ends_with_exact_tables_a_summary_and_a_report(
     assert produced == sorted(produced)
     assert any(0 < int(b) and int(p) < int(total) for _, _, p, total, b in lines), out
     assert lines[-1][1] == "done"
+    return out
 
+
+def _check_tables(read: Callable[[str], list[dict[str, Any]]], events: int) -> dict[str, int]:
+    """The demo's tables (``read(name)``: its rows) hold exactly the sample of ``events``; their counts."""
     cfg = load_config(None)
-    sample = generate(SampleSettings(orders=EVENTS // 6, source_zone=cfg.event_time.source_zone))
+    sample = generate(SampleSettings(orders=events // 6, source_zone=cfg.event_time.source_zone))
     records = plan(sample, dict(cfg.kafka.topics), dict.fromkeys(cfg.kafka.topics.values(), 2))
     coords: list[tuple[str, int, int]] = []
     next_offset: dict[tuple[str, int], int] = {}
@@ -140,56 +145,58 @@ def test_demo_shows_progress_and_ends_with_exact_tables_a_summary_and_a_report(
         o = next_offset.get((r.topic, r.partition), 0)
         next_offset[(r.topic, r.partition)] = o + 1
         coords.append((r.topic, r.partition, o))
-    root = tmp_path / "lake" / "demo"
 
     # Exact tables: every record at its planned coordinates, in bronze or quarantine.
-    bronze = {(r["topic"], r["partition"], r["offset"]): r for r in _read(root / "bronze/order_events")}
-    quarantine = {
-        (r["topic"], r["partition"], r["offset"]): r for r in _read(root / "quarantine/order_events")
-    }
+    bronze = {(r["topic"], r["partition"], r["offset"]): r for r in read("bronze/order_events")}
+    quarantine = {(r["topic"], r["partition"], r["offset"]): r for r in read("quarantine/order_events")}
     assert {c: bronze[c]["raw"] for c in bronze} == {
         c: r.value for c, r, ev in zip(coords, records, sample, strict=True) if not ev.malformed
     }
     assert {c: quarantine[c]["raw"] for c in quarantine} == {
         c: r.value for c, r, ev in zip(coords, records, sample, strict=True) if ev.malformed
     }
-    assert _read(root / "review/order_events") == []
-    late = {(r["topic"], r["partition"], r["offset"]) for r in _read(root / "late/order_events")}
+    assert read("review/order_events") == []
+    late = {(r["topic"], r["partition"], r["offset"]) for r in read("late/order_events")}
     limit_ms = int(cfg.event_time.max_out_of_orderness.total_seconds() * 1000)
     assert late == _expected_late(records, sample, limit_ms) != set()
-    silver_rows = _read(root / "silver/orders")
+    silver_rows = read("silver/orders")
     silver = {r["order_id"]: {f: r[f] for f in RESOLVED if r[f] is not None} for r in silver_rows}
     assert len(silver) == len(silver_rows)
     assert silver == expected_silver(sample)
-
-    # The end summary: each table with its path, rows and version; the report; how to query.
-    counts = {
+    return {
         "bronze/order_events": len(bronze),
         "quarantine/order_events": len(quarantine),
         "review/order_events": 0,
         "late/order_events": len(late),
         "silver/orders": len(silver),
     }
+
+
+def _check_summary(out: str, counts: dict[str, int], versions: dict[str, int], where: str) -> None:
+    """The end summary: each table with its rows, version and path (ending ``<where><name>``), and how
+    to query them."""
     for name, rows in counts.items():
-        version = DeltaTable(str(root / name)).version()
-        assert re.search(rf"│ {re.escape(name)}\s+│\s+{rows:,} │\s+{version} │ .*{re.escape(name)}", out), out
-    assert f"Report: {root / 'report.html'}" in out
+        path = re.escape(where + name)
+        pattern = rf"│ {re.escape(name)}\s+│\s+{rows:,} │\s+{versions[name]} │ .*{path}"
+        assert re.search(pattern, out), out
     assert "tables --lakehouse" in out and "DeltaTable(" in out
 
-    # The report: a page whose embedded numbers are the tables' numbers.
-    page = (root / "report.html").read_text(encoding="utf-8")
+
+def _check_report(page: str, read: Callable[[str], list[dict[str, Any]]], counts: dict[str, int]) -> None:
+    """The report: a page whose embedded numbers are the tables' numbers."""
     parser = _Report()
     parser.feed(page)
     data = json.loads(parser.scripts["report-data"])
-    gold = sorted(_read(root / "gold/order_metrics_5m"), key=lambda r: r["window_start"])
+    gold = sorted(read("gold/order_metrics_5m"), key=lambda r: r["window_start"])
     assert {name: t["rows"] for name, t in data["tables"].items()} == {
         **counts,
         "gold/order_metrics_5m": len(gold),
     }
     hist = data["lateness"]["histogram"]
-    assert sum(hist["on_time"]) + sum(hist["late"]) == len(bronze) == data["lateness"]["valid_events"]
-    assert sum(hist["late"]) == len(late)
-    assert sum(p["rows"] for p in data["commits"]["bronze/order_events"]) == len(bronze)
+    bronze = counts["bronze/order_events"]
+    assert sum(hist["on_time"]) + sum(hist["late"]) == bronze == data["lateness"]["valid_events"]
+    assert sum(hist["late"]) == counts["late/order_events"]
+    assert sum(p["rows"] for p in data["commits"]["bronze/order_events"]) == bronze
     assert data["commits"]["bronze/order_events"][-1]["checkpoint"] == "end of input"
     assert len(data["commits"]["bronze/order_events"]) >= 3  # several checkpoints, not one commit at the end
     figure = json.loads(parser.scripts["lateness-figure"])
@@ -199,6 +206,75 @@ def test_demo_shows_progress_and_ends_with_exact_tables_a_summary_and_a_report(
     assert set(data["gold"]) == {"realtime"}
     assert data["gold"]["realtime"]["window_start"] == [r["window_start"].isoformat() for r in gold]
     assert data["gold"]["realtime"]["events"] == [r["events"] for r in gold]
+
+
+def test_demo_shows_progress_and_ends_with_exact_tables_a_summary_and_a_report(
+    tmp_path: Path, mark: str
+) -> None:
+    out = _run_demo(tmp_path, mark, "--events", str(EVENTS), "--produce-seconds", "15")
+    assert pids_with_env(MARK, mark) == [], "the demo left processes behind"
+    root = tmp_path / "lake" / "demo"
+
+    def read(name: str) -> list[dict[str, Any]]:
+        return _read(root / name)
+
+    counts = _check_tables(read, EVENTS)
+    versions = {name: DeltaTable(str(root / name)).version() for name in counts}
+    _check_summary(out, counts, versions, "")
+    assert f"Report: {root / 'report.html'}" in out
+    assert "duckdb" in out
+    _check_report((root / "report.html").read_text(encoding="utf-8"), read, counts)
+
+
+def test_demo_on_the_local_object_store_writes_the_same_tables_and_checkpoints_there(
+    tmp_path: Path, mark: str
+) -> None:
+    state = tmp_path / "state"
+    try:
+        out = _run_demo(
+            tmp_path, mark, "--object-store", "--events", str(STORE_EVENTS), "--produce-seconds", "12"
+        )
+        # The demo's S3 server is `lakestream s3 start`'s, and it keeps running for the printed commands.
+        server = status_detached(state_file=state / "s3.json")
+        assert server.running and server.endpoint is not None
+        assert set(pids_with_env(MARK, mark)) <= {server.pid}, "the demo left processes behind"
+        root = "s3://lakestream/demo"
+        options = server.storage_options()
+
+        def read(name: str) -> list[dict[str, Any]]:
+            table = DeltaTable(f"{root}/{name}", storage_options=options)
+            rows: list[dict[str, Any]] = table.to_pyarrow_table().to_pylist()
+            return rows
+
+        counts = _check_tables(read, STORE_EVENTS)
+        versions = {n: DeltaTable(f"{root}/{n}", storage_options=options).version() for n in counts}
+        _check_summary(out, counts, versions, f"{root}/")
+        assert "duckdb" not in out
+        secret = server.endpoint.secret_key
+        assert secret not in out and secret not in (state / "logs" / "demo-flink.log").read_text()
+        # Checkpoints went to the store, none to the local checkpoint folder.
+        checkpoints = state / "s3" / "buckets" / "lakestream" / "checkpoints" / "demo"
+        assert [p.name for p in checkpoints.iterdir() if p.is_dir()], "no checkpoint on the S3 server"
+        assert not (tmp_path / "checkpoints").exists()
+        report = state / "demo" / "report.html"
+        assert f"Report: {report}" in out
+        _check_report(report.read_text(encoding="utf-8"), read, counts)
+
+        # The printed commands, as a user pastes them: the export line (the secret read from the state
+        # file), then `lakestream tables` on the bucket.
+        export = next(line.strip() for line in out.splitlines() if line.strip().startswith("export "))
+        tables = next(line.strip() for line in out.splitlines() if "tables --lakehouse s3://" in line)
+        clean = {k: v for k, v in _env(tmp_path, mark).items() if not k.startswith("AWS_")}
+        listed = subprocess.run(
+            ["bash", "-c", f"{export} && {tables}"], cwd=ROOT, env=clean, capture_output=True, text=True
+        )
+        assert listed.returncode == 0, listed.stderr
+        for name, rows in counts.items():
+            line = rf"^  {re.escape(name)}\s+{rows} rows   version {versions[name]}\b"
+            assert re.search(line, listed.stdout, re.M), listed.stdout
+    finally:
+        stop_detached(state_file=state / "s3.json")
+    assert pids_with_env(MARK, mark) == []
 
 
 def _kinds(pids: list[int]) -> set[str]:

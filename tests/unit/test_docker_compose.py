@@ -20,7 +20,7 @@ def compose() -> dict[str, Any]:
 
 def test_services_and_their_build_context_exist() -> None:
     doc = compose()
-    assert {"kafka", "jobmanager", "taskmanager", "demo"} <= set(doc["services"])
+    assert {"kafka", "s3", "s3-bucket", "jobmanager", "taskmanager", "demo"} <= set(doc["services"])
     dockerfile = ROOT / "docker" / "Dockerfile"
     assert dockerfile.is_file() and (ROOT / "docker" / "entrypoint.sh").is_file()
     for line in dockerfile.read_text().splitlines():
@@ -34,6 +34,47 @@ def test_demo_environment_is_a_valid_lakestream_config() -> None:
     cfg = load_config(environ={k: str(v) for k, v in env.items()})
     assert cfg.kafka.bootstrap_servers == "kafka:9092"
     assert cfg.flink.jobmanager == "jobmanager:8081"
+    # Tables and checkpoints on the compose file's object store, in the bucket its s3-bucket service makes.
+    bucket = compose()["services"]["s3-bucket"]["command"][1:]
+    assert cfg.lakehouse.root == f"s3://{bucket[0]}" and cfg.flink.checkpoint_dir.startswith(
+        f"s3://{bucket[0]}/"
+    )
+    assert (cfg.storage.endpoint, cfg.storage.path_style, cfg.storage.allow_http) == (
+        "http://s3:9000",
+        True,
+        True,
+    )
+
+
+def test_the_object_store_is_s3proxy_4_which_honours_conditional_writes() -> None:
+    """4.x refuses ``PUT If-None-Match: *`` over an existing key atomically; earlier releases do not."""
+    s3 = compose()["services"]["s3"]
+    name, _, tag = s3["image"].partition(":")
+    assert name == "andrewgaul/s3proxy" and tag.split(".")[0] == "4"
+    pom = (ROOT / "jvm" / "s3proxy" / "pom.xml").read_text()
+    assert f"<s3proxy.version>{tag}</s3proxy.version>" in pom  # the release the tests run
+    assert s3["environment"]["JCLOUDS_PROVIDER"] == "filesystem"
+    assert s3["environment"]["S3PROXY_ENDPOINT"] == "http://0.0.0.0:9000"
+
+
+def test_every_client_of_the_store_has_its_key_pair_and_address() -> None:
+    services = compose()["services"]
+    server = services["s3"]["environment"]
+    pair = (server["S3PROXY_IDENTITY"], server["S3PROXY_CREDENTIAL"])
+    for name in ("s3-bucket", "jobmanager", "taskmanager", "demo"):
+        env = services[name]["environment"]
+        assert (env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]) == pair, name
+    assert services["s3-bucket"]["environment"]["AWS_ENDPOINT_URL"] == "http://s3:9000"
+    for name in ("jobmanager", "taskmanager"):  # Flink's S3 plugin, for the checkpoints
+        props = flink_properties(name)
+        assert (props["s3.endpoint"], props["s3.path.style.access"]) == ("http://s3:9000", "true")
+    assert services["demo"]["depends_on"]["s3-bucket"] == {"condition": "service_completed_successfully"}
+
+
+def test_the_image_puts_flinks_s3_plugin_into_the_plugins_folder() -> None:
+    dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
+    assert "cp -r jvm/target/plugins/s3-fs-presto" in dockerfile
+    assert "pyflink.__file__))')/plugins/" in dockerfile
 
 
 def test_every_service_depending_on_another_names_a_real_one() -> None:

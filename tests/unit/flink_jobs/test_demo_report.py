@@ -79,6 +79,15 @@ def test_commit_points_one_per_checkpoint() -> None:
     assert points[1]["rows"] == 1 and points[1]["merge_ms"] is None
 
 
+def test_commit_points_follow_the_checkpoints_when_one_subtask_ends_before_another_commits() -> None:
+    commits = [
+        _commit(1, 5_000, 6, 10),
+        _commit(2, 6_000, END_OF_INPUT, 3),  # subtask 0 at end of input
+        _commit(3, 6_100, 7, 4),  # subtask 1 still committing checkpoint 7
+    ]
+    assert [p["checkpoint"] for p in commit_points(commits)] == [6, 7, "end of input"]
+
+
 def test_a_merge_counts_the_rows_it_changed_not_the_rows_it_rewrote() -> None:
     merge = _commit(
         4,

@@ -76,6 +76,19 @@ def test_an_add_without_stats_has_unknown_rows() -> None:
     assert not commit.is_checkpoint and commit.checkpoint is None
 
 
+def test_progress_values_recorded_as_txn_actions_are_not_checkpoints() -> None:
+    commit = _summary(
+        3,
+        _lines(
+            {"txn": {"appId": "ingest/t:run:0", "version": 2}},
+            {"txn": {"appId": "ingest/t:progress:kafka/orders/1", "version": 95}},
+            {"txn": {"appId": "ingest/t:progress:watermark/orders/1", "version": 1_717_224_650_000}},
+        ),
+    )
+    assert commit.txn == {"ingest/t:run:0": 2} and commit.checkpoint == 2
+    assert checkpoints_committed([commit]) == {2}
+
+
 def test_totals_over_commits() -> None:
     late_1 = {"lakestream.counters": {"events_late": 1}}
     late_2 = {"lakestream.counters": {"events_late": 2, "silver_changes": 4}}

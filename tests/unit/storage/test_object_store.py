@@ -53,3 +53,25 @@ def test_which_uris_are_object_stores() -> None:
     assert is_object_store("s3://bucket/t") and is_object_store("gs://b/t")
     assert not is_object_store("/data/lake/t") and not is_object_store("file:///data/t")
     assert not is_object_store("lakehouse/t")
+
+
+def test_a_jobs_table_spec_carries_the_stores_settings_and_no_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    """So that writers on a TaskManager reach the store the client was configured for."""
+    import pyarrow as pa
+
+    from sinks.table_spec import TableSpec
+
+    for key in ("AWS_ENDPOINT_URL", "AWS_REGION", "AWS_VIRTUAL_HOSTED_STYLE_REQUEST", "AWS_ALLOW_HTTP"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cr3t")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "me")
+    exported: dict[str, str] = {}
+    export_settings(LOCAL, exported)
+    for key, value in exported.items():
+        monkeypatch.setenv(key, value)
+    schema = pa.schema([("id", pa.int64())])
+    spec = TableSpec(table_uri="s3://bucket/t", schema=schema)
+    assert spec.storage_options == delta_options(LOCAL)
+    assert TableSpec(table_uri="/data/t", schema=schema).storage_options is None
+    given = TableSpec(table_uri="s3://bucket/t", schema=schema, storage_options={"AWS_REGION": "x"})
+    assert given.storage_options == {"AWS_REGION": "x"}
