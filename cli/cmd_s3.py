@@ -1,12 +1,14 @@
 """``lakestream s3 start|status|stop``: the local S3-compatible server (S3Proxy), loopback only.
 
 It prints the endpoint, the buckets, the access key and how to point delta-rs at the server; the secret
-key is never printed, only where it is kept (the owner-only state file).
+key is never printed, only where it is kept (the owner-only state file). ``env`` prints the ``export``
+line of the AWS variables for a shell, which reads the secret from that file when it runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 from cli.common import SubParsers, add_command
 from devtools import s3_server
@@ -21,6 +23,13 @@ def cmd_s3(args: argparse.Namespace) -> int:
     elif args.action == "stop":
         before = s3_server.stop_detached()
         print("s3: stopped" if before.running else "s3: was not running")
+    elif args.action == "env":
+        status = s3_server.status_detached(probe=False)
+        if not status.running or status.endpoint is None:
+            print(status.describe(), file=sys.stderr)
+            return 1
+        # For eval: the secret is not in the text, the line reads it from the owner-only state file.
+        print(status.export_line())
     else:
         status = s3_server.status_detached()
         print("\n".join(describe(status)))
@@ -50,7 +59,11 @@ def describe(status: s3_server.S3Status) -> list[str]:
 def register(subparsers: SubParsers) -> None:
     """Register ``lakestream s3``."""
     p = add_command(subparsers, "s3", func=cmd_s3, help="local S3-compatible server, S3Proxy (loopback only)")
-    p.add_argument("action", choices=["start", "stop", "status"])
+    p.add_argument(
+        "action",
+        choices=["start", "stop", "status", "env"],
+        help="env: an export line of the AWS variables for a shell (eval \"$(lakestream s3 env)\")",
+    )
     p.add_argument("--port", type=int, default=None, help="server port (default: a free one)")
     p.add_argument(
         "--bucket",

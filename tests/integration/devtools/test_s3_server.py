@@ -375,6 +375,17 @@ def test_detached_start_status_stop_through_the_cli(
         write_deltalake("s3://cli-bucket/t", rows(1, 2), storage_options=endpoint.storage_options())
         assert ids(DeltaTable("s3://cli-bucket/t", storage_options=endpoint.storage_options())) == [1, 2]
 
+        # `eval "$(lakestream s3 env)"` gives a shell the AWS variables; the secret is read, not printed.
+        exported = cli("s3", "env", env=env).stdout
+        assert secret not in exported and exported.startswith("export AWS_")
+        shell = subprocess.run(
+            ["bash", "-c", f'{exported}\necho "$AWS_SECRET_ACCESS_KEY|$AWS_ENDPOINT_URL"'],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert shell.stdout.strip() == f"{secret}|{record['url']}"
+
         # Starting again with the same settings is a no-op that may add buckets; other settings are refused.
         again = cli("s3", "start", "--bucket", "second-bucket", env=env)
         assert f"(pid {record['pid']})" in again.stdout and "s3://second-bucket/" in again.stdout
@@ -389,3 +400,4 @@ def test_detached_start_status_stop_through_the_cli(
     after = lakestream("s3", "status", env=env)
     assert (after.returncode, after.stdout.strip()) == (1, "s3: not running")
     assert cli("s3", "stop", env=env).stdout.strip() == "s3: was not running"
+    assert lakestream("s3", "env", env=env).returncode == 1
