@@ -42,7 +42,7 @@ def readme_cluster_block() -> str:
     """The README's bash block that starts the wheel's cluster and runs ``flink run``."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```bash\n(.*?)```", text, flags=re.S)
-    found = [b for b in blocks if "start-cluster.sh" in b and "flink run" in b]
+    found = [b for b in blocks if "start-cluster.sh" in b and "flink run" in b and "s3 start" not in b]
     assert len(found) == 1, "the README has one bash block with start-cluster.sh and flink run"
     return found[0]
 
