@@ -166,8 +166,17 @@ class FlinkConfig:
     #: A local folder, or ``s3://bucket/prefix`` on the store of ``[storage]`` (Flink's S3 plugin, built by
     #: ``make jvm``; docs/object-storage.md).
     checkpoint_dir: str = ".lakestream/checkpoints"
-    restart_attempts: int = 3
+    #: Restarts after a failure before the job fails (0: none), each from the newest completed
+    #: checkpoint and after a longer wait: ``restart_delay``, doubled each time up to
+    #: ``restart_max_delay`` (Flink's exponential-delay strategy). Bounded, so that a job that keeps
+    #: failing ends with its error instead of looking hung; long enough in total (the defaults: about
+    #: 2 minutes of waits) that an object store or broker away for a minute does not end the job.
+    restart_attempts: int = 8
     restart_delay: timedelta = timedelta(seconds=1)
+    restart_max_delay: timedelta = timedelta(seconds=30)
+    #: A job that ran this long after its last restart without failing has its whole budget again:
+    #: the budget is per incident, not for the life of an unbounded job.
+    restart_reset_after: timedelta = timedelta(minutes=10)
     python_execution_mode: Literal["process", "thread"] = "process"
     #: How Python operators map to worker processes. ``slot``: one worker per task slot runs every
     #: Python operator of that slot (Flink's default; its operators share one GIL). ``operator``: one
@@ -241,6 +250,15 @@ class FlinkConfig:
             )
         if self.batch_time < timedelta(milliseconds=1):
             raise ConfigError(f"flink.batch_time: must be at least 1ms, got {self.batch_time}")
+        if not timedelta(milliseconds=1) <= self.restart_delay <= self.restart_max_delay:
+            raise ConfigError(
+                f"flink.restart_delay ({self.restart_delay}) and flink.restart_max_delay "
+                f"({self.restart_max_delay}): need 1ms <= restart_delay <= restart_max_delay"
+            )
+        if self.restart_reset_after < timedelta(seconds=1):
+            raise ConfigError(
+                f"flink.restart_reset_after: must be at least 1s, got {self.restart_reset_after}"
+            )
         if not _MEMORY_SIZE.fullmatch(self.managed_memory):
             raise ConfigError(
                 f"flink.managed_memory: a size such as '128m' or '1g' (k, m or g), "

@@ -217,9 +217,7 @@ def flink_settings(
         "python.fn-execution.bundle.time": str(int(cfg.bundle_time.total_seconds() * 1000)),
         "parallelism.default": str(cfg.parallelism),
         "pipeline.max-parallelism": str(cfg.max_parallelism),
-        "restart-strategy.type": "fixed-delay",
-        "restart-strategy.fixed-delay.attempts": str(cfg.restart_attempts),
-        "restart-strategy.fixed-delay.delay": _ms(cfg.restart_delay),
+        **restart_settings(cfg),
         "state.backend.type": backend,
         # RocksDB: upload only the new SST files at each checkpoint, so a checkpoint costs what changed
         # since the last one, not the whole state.
@@ -253,6 +251,40 @@ def flink_settings(
     # A MiniCluster's reporters come from this configuration; a cluster's from its own (README, metrics).
     settings.update(prometheus_settings(cfg.prometheus_port))
     return settings
+
+
+def restart_settings(cfg: FlinkConfig) -> dict[str, str]:
+    """Flink's restart strategy for ``flink.restart_*``: exponential delay with a bounded budget.
+
+    Waits of ``restart_delay`` doubling up to ``restart_max_delay``, at most ``restart_attempts``
+    restarts: a failure that persists (a bug, bad input) still ends the job, while an outage of a
+    service the job needs (the object store, the broker) shorter than the waits add up to is ridden
+    out, each restart from the newest completed checkpoint. Failures of several tasks before a restart
+    count once. ``restart_reset_after`` without a failure gives back the whole budget. No restarts
+    at all for 0 attempts.
+    """
+    if cfg.restart_attempts == 0:
+        return {"restart-strategy.type": "none"}
+    prefix = "restart-strategy.exponential-delay"
+    return {
+        "restart-strategy.type": "exponential-delay",
+        f"{prefix}.initial-backoff": _ms(cfg.restart_delay),
+        f"{prefix}.max-backoff": _ms(cfg.restart_max_delay),
+        f"{prefix}.backoff-multiplier": "2.0",
+        f"{prefix}.jitter-factor": "0.1",
+        f"{prefix}.attempts-before-reset-backoff": str(cfg.restart_attempts),
+        f"{prefix}.reset-backoff-threshold": _ms(cfg.restart_reset_after),
+    }
+
+
+def restart_budget(cfg: FlinkConfig) -> float:
+    """Seconds of waiting the restart strategy allows in all before the job fails (jitter aside): how
+    long an outage of a needed service may last, the failing attempts' own time coming on top."""
+    total, delay, cap = 0.0, cfg.restart_delay.total_seconds(), cfg.restart_max_delay.total_seconds()
+    for _ in range(cfg.restart_attempts):
+        total += delay
+        delay = min(2 * delay, cap)
+    return total
 
 
 def latest_checkpoint(checkpoint_dir: str | Path) -> Path | None:

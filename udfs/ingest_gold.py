@@ -158,7 +158,8 @@ class GoldSinkFunction(TableWriterFunction):
         if Marker.of(value).kind == OPEN:
             from lakestream.gold import ensure_gold_table
 
-            ensure_gold_table(self.spec.table.table_uri)
+            table = self.spec.table
+            ensure_gold_table(table.table_uri, storage_options=table.storage_options)
         yield from self.tables.on_marker(value)
 
 

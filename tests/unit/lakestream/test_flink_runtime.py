@@ -153,3 +153,52 @@ def test_a_launch_whose_options_choose_class_sharing_gets_no_archive_of_ours(
     assert ingest is not None and land is not None and ingest.final != land.final, "one archive per kind"
     other_lib = local_class_archive({"FLINK_LIB_DIR": str(tmp_path)}, "ingest")
     assert other_lib is not None and other_lib.final != ingest.final, "the launcher's class path is the key"
+
+
+def test_restarts_wait_longer_each_time_within_a_bounded_budget(tmp_path: Path) -> None:
+    from datetime import timedelta
+
+    from lakestream.config import FlinkConfig
+    from runtime.flink_env import flink_settings, restart_budget
+
+    cfg = FlinkConfig()
+    got = flink_settings(cfg, checkpoint_dir=str(tmp_path))
+    prefix = "restart-strategy.exponential-delay"
+    assert {k: v for k, v in got.items() if k.startswith("restart-strategy")} == {
+        "restart-strategy.type": "exponential-delay",
+        f"{prefix}.initial-backoff": "1000 ms",
+        f"{prefix}.max-backoff": "30000 ms",
+        f"{prefix}.backoff-multiplier": "2.0",
+        f"{prefix}.jitter-factor": "0.1",
+        f"{prefix}.attempts-before-reset-backoff": "8",
+        f"{prefix}.reset-backoff-threshold": "600000 ms",
+    }
+    # 1 + 2 + 4 + 8 + 16 + 30 + 30 + 30 s: an outage of the store of a minute or two is ridden out.
+    assert restart_budget(cfg) == 121
+    short = FlinkConfig(restart_attempts=3, restart_delay=timedelta(milliseconds=200))
+    assert restart_budget(short) == pytest.approx(1.4)
+    none = flink_settings(FlinkConfig(restart_attempts=0), checkpoint_dir=str(tmp_path))
+    assert none["restart-strategy.type"] == "none"
+    assert not [k for k in none if k.startswith(prefix)]
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"restart_attempts": -1}, "flink.restart_attempts: must not be negative"),
+        ({"restart_delay": "0s"}, "need 1ms <= restart_delay <= restart_max_delay"),
+        ({"restart_delay": "1m"}, "need 1ms <= restart_delay <= restart_max_delay"),
+        ({"restart_reset_after": "0s"}, "flink.restart_reset_after: must be at least 1s"),
+    ],
+)
+def test_restart_settings_flink_would_refuse_are_refused_at_start(
+    override: dict[str, object], message: str
+) -> None:
+    import json
+
+    from lakestream.config import ConfigError, load_config
+
+    key, value = next(iter(override.items()))
+    environ = {f"LAKESTREAM__FLINK__{key.upper()}": json.dumps(value)}
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        load_config(None, environ=environ)
