@@ -36,6 +36,8 @@ from storage.parquet_encoding import pyarrow_options
 
 #: File name suffix of staged MERGE sources (Arrow IPC file format).
 MERGE_SOURCE_SUFFIX = ".arrow"
+#: How MERGE sources are written; readers need nothing (compression is recorded per buffer).
+MERGE_SOURCE_IPC = pa.ipc.IpcWriteOptions(compression="zstd")
 
 
 class Stager:
@@ -213,12 +215,12 @@ class Stager:
         folder = self._staging.merge_source_dir(self.run_id, self.subtask)
         pending = self._write_pending(checkpoint_id, "merge_source", (folder,), notes)
         reduced = self.spec.pre_reduce(table)
-        # Arrow IPC, not Parquet: the source never enters the table and is read back once at COMMIT;
-        # IPC writes about 6x faster (100k silver rows: 0.03 s vs 0.17 s) and reads at memory speed,
-        # and both sit on the path from the checkpoint barrier to visible rows. Twice the bytes.
+        # Arrow IPC, not Parquet: the source never enters the table and is read back once at COMMIT,
+        # and both sit on the path from the checkpoint barrier to visible rows. zstd buffers: a third of
+        # the bytes to write and, on an object store, to upload and fetch again.
         path = f"{folder}/{checkpoint_id:020d}-{pending.token}{MERGE_SOURCE_SUFFIX}"
         with self._files.output(path) as fh:
-            with pa.ipc.new_file(fh, reduced.schema) as ipc_writer:
+            with pa.ipc.new_file(fh, reduced.schema, options=MERGE_SOURCE_IPC) as ipc_writer:
                 ipc_writer.write_table(reduced)
         staged = self._staged(path, table.num_rows)
         prepared = replace(pending, state="prepared", files=(staged,))

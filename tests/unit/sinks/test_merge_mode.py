@@ -137,6 +137,7 @@ def test_merge_sources_are_arrow_ipc_and_parquet_ones_of_older_versions_still_co
     staged = t / manifest.files[0].path
     with pa.OSFile(str(staged), "rb") as fh:
         assert pa.ipc.open_file(fh).read_all().num_rows == 1  # stored already folded
+
     # What a version that staged Parquet left behind when the task died before COMMIT(1).
     w.close()
     legacy = staged.with_suffix(".parquet")
@@ -150,6 +151,23 @@ def test_merge_sources_are_arrow_ipc_and_parquet_ones_of_older_versions_still_co
     assert_silver(t, SPEC.fold_rows(rows, SILVER))
     assert txn_version(t, "job:run-1:0") == 1
     assert_no_orphans(t)
+
+
+def test_merge_sources_are_compressed(tmp_path: Path) -> None:
+    """zstd buffers: fewer bytes to write and, on an object store, to upload and fetch at the commit."""
+    t = tmp_path / "silver"
+    w = silver_writer(t, None)
+    w.write(batch([event(f"o{i}", f"e{i}", i % 7, status="created") for i in range(2000)]))
+    manifest = w.prepare(1)
+    assert manifest is not None
+    with LocalTableFiles(t).open_input(manifest.files[0].path) as fh:
+        folded = pa.ipc.open_file(fh).read_all()
+    plain = pa.BufferOutputStream()
+    with pa.ipc.new_file(plain, folded.schema) as ipc_writer:
+        ipc_writer.write_table(folded)
+    assert folded.num_rows == 2000 and manifest.files[0].size_bytes < plain.getvalue().size / 2
+    w.commit(1)
+    assert txn_version(t, "job:run-1:0") == 1
 
 
 def random_events(rng: random.Random, n: int, first_eid: int) -> list[dict[str, Any]]:
