@@ -7,6 +7,9 @@ Measures (each a few times; spread reported):
               ``--parallelisms`` value (same data), every job vertex's busy ratio from Flink's REST API,
               its ceiling rate and a projection to ``--project-parallelism`` (``benchmarks.busy``)
   latency     unbounded, fixed input rate: producer send -> visible in silver, p50/p95/p99
+  object store the bounded ingest (once per repeat, after the local runs) and the visibility run with the
+              lakehouse on a local S3 server the bench starts (``benchmarks.s3_variant``): sustained rate
+              as a ratio to the local folder's, visibility p99 against checkpoint interval + 3 s
   memory      peak RSS per process kind (client, JVM, Python workers by operator); the unbounded
               memory run (``--memory-minutes``, at the configured dedup_ttl unless ``--memory-ttl``):
               RSS per kind over time, de-dup entries and bytes per entry (RocksDB metrics, local dir)
@@ -26,10 +29,12 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from benchmarks import report, requirements
+from benchmarks import report, requirements, s3_variant
+from benchmarks.s3_variant import BenchStore
 from benchmarks.unbounded import child_env as _child_env
 from benchmarks.unbounded import ingest_run_cmd
 from benchmarks.workload import (
@@ -106,17 +111,21 @@ def run_ingest(
     timeout: float = 1800,
     tree: Path = ROOT,
     sample_busy: bool = False,
+    store: BenchStore | None = None,
 ) -> dict[str, Any]:
     """One bounded lakestream run in its own process (its own JVM), RSS sampled, tables verified.
 
     ``sample_busy``: the MiniCluster's REST endpoint on a known port, every vertex's busy, back-pressured
-    and idle time polled once a second (``benchmarks.busy``).
+    and idle time polled once a second (``benchmarks.busy``). ``store``: the tables (and checkpoints, if
+    it says so) on the bench's S3 server, read back from its folder; its JVM's CPU over the run recorded.
     """
     from benchmarks import busy
     from benchmarks.flink_rest import RestSampler, free_port, rest_settings
     from benchmarks.procs import cpu_between
+    from benchmarks.s3_variant import local_place
 
     run_dir = _fresh_dir(work, f"ingest-{label}")
+    place = store.place(run_dir) if store is not None else local_place(run_dir)
     rest: RestSampler | None = None
     if sample_busy:
         port = free_port()
@@ -129,16 +138,26 @@ def run_ingest(
         mode=mode,
         sets=sets,
         batch_rows=batch_rows,
+        place=place,
     )
-    env = _child_env(LAKESTREAM__FLINK__PYTHON_EXECUTION_MODE=mode, **env_over)
+    env = _child_env(LAKESTREAM__FLINK__PYTHON_EXECUTION_MODE=mode, **{**place.env, **env_over})
     if rest is not None:
         rest.start()
     cpu_series: list[tuple[float, dict[str, float]]] = []
-    out = {
-        "label": label,
-        "mode": mode,
-        **_measured_run(cmd, run_dir, env=env, cwd=tree, timeout=timeout, cpu_series=cpu_series),
-    }
+    with ExitStack() as sampling:
+        server_cpu = sampling.enter_context(store.cpu_series()) if store is not None else []
+        out = {
+            "label": label,
+            "mode": mode,
+            **_measured_run(cmd, run_dir, env=env, cwd=tree, timeout=timeout, cpu_series=cpu_series),
+        }
+    if store is not None:
+        out["lakehouse_uri"] = place.lakehouse
+        out["checkpoints_uri"] = place.checkpoints
+        if server_cpu:
+            out["s3_server_cpu_s"] = round(
+                server_cpu[-1][1][s3_variant.SERVER] - server_cpu[0][1][s3_variant.SERVER], 2
+            )
     samples = rest.stop() if rest is not None else []
     if rest is not None:
         # Summarised below once the tables tell the run's steady part; kept raw for re-analysis.
@@ -148,7 +167,7 @@ def run_ingest(
         return out
     out["events_per_s"] = round(wl.events / out["execute_s"])
     if verify:
-        lh = run_dir / "lakehouse"
+        lh = place.lakehouse_view
         rows = {
             t: table_rows(lh, t)
             for t in (
@@ -189,6 +208,11 @@ def run_ingest(
             out["sustained_cpu_s"] = cpu
             out["cpu_us_per_event"] = round(sum(cpu.values()) * 1e6 / wl.events, 1)
             out["cores_busy"] = round(sum(cpu.values()) / (last - first), 2)
+            if server_cpu:
+                # The local S3 server shares the machine's cores: its CPU over the same span, apart.
+                server = cpu_between(server_cpu, first, last).get(s3_variant.SERVER, 0.0)
+                out["s3_server_sustained_cpu_s"] = server
+                out["s3_server_cpu_us_per_event"] = round(server * 1e6 / wl.events, 1)
             if rest is not None:
                 q = ingest_time_quantiles(lh, (0.1, 0.9))
                 steady = None if q is None or q[1] <= q[0] else (q[0], q[1], 0.8 * wl.events / (q[1] - q[0]))
@@ -289,22 +313,28 @@ def run_latency(
     checkpoint_interval: str,
     sets: list[str],
     tree: Path = ROOT,
+    store: BenchStore | None = None,
 ) -> dict[str, Any]:
-    """Unbounded ingest on fresh topics; paced producer starts once the first checkpoint completed."""
+    """Unbounded ingest on fresh topics; paced producer starts once the first checkpoint completed.
+
+    ``store``: the tables (and checkpoints, if it says so) on the bench's S3 server, silver polled
+    through its API."""
     from benchmarks import latency
     from benchmarks.procs import RssSampler
+    from benchmarks.s3_variant import local_place
     from benchmarks.unbounded import unbounded_ingest
 
     out: dict[str, Any] = {"mode": mode, "checkpoint_interval": checkpoint_interval}
     with unbounded_ingest(
         work,
         bootstrap,
-        label=f"latency-{mode}-{rate}",
+        label=f"latency-{mode}-{rate}" if store is None else f"latency-s3-{mode}-{rate}",
         topic_prefix="lat",
         mode=mode,
         env_over={"LAKESTREAM__FLINK__CHECKPOINT_INTERVAL": checkpoint_interval},
         sets=sets,
         tree=tree,
+        place_for=local_place if store is None else store.place,
     ) as run:
         sampler = RssSampler(run.proc.pid, interval=1.0).start()
         try:
@@ -328,11 +358,13 @@ def run_latency(
             )
             prod.start()
             drain = 30.0
+            place = run.place or local_place(run.run_dir)
             latency.poll_visibility(
-                run.run_dir / "lakehouse" / "silver" / "orders",
+                place.table("silver/orders"),
                 base_rows=0,
                 until=time.monotonic() + seconds + drain,
                 seen=seen,
+                storage_options=place.options or None,
             )
             stop.set()
             prod.join(timeout=10)
@@ -515,6 +547,22 @@ def run_variants(
     return out
 
 
+def _ingest_line(what: str, r: dict[str, Any]) -> str:
+    """What one bounded ingest run printed as it finished."""
+    return (
+        f"  lakestream {what}: {r.get('events_per_s')} events/s, "
+        f"sustained {r.get('sustained_events_per_s')} events/s "
+        f"({r.get('to_execute_end_events_per_s')} to the end of execute(), teardown "
+        f"{r.get('teardown_s')}s), execute {r.get('execute_s')}s "
+        f"(start-up {r.get('startup_s')}s), "
+        f"jvm {r.get('jvm_start_s')}s, exactly once {r.get('exactly_once_ok')}, "
+        f"peak {r['memory']['peak_mib']}, CPU {r.get('cpu_us_per_event')} us/event "
+        f"({r.get('cores_busy')} cores; seconds by process: {r.get('sustained_cpu_s')})"
+        + (f"\n    busy: {_busy_line(r['busy'])}" if "busy" in r else "")
+        + (f"\n{r['error']}" if "error" in r else "")
+    )
+
+
 def _busy_line(b: dict[str, Any]) -> str:
     """One line per run: window rate and each vertex's mean / max busy ratio."""
     if "error" in b or "vertices" not in b:
@@ -651,6 +699,19 @@ def main(argv: list[str] | None = None) -> int:
         help="serve: only the serving benchmark (lakestream serve's JSON latency, no Kafka or Spark)",
     )
     p.add_argument("--skip-serve", action="store_true", help="leave out the serving benchmark")
+    p.add_argument(
+        "--skip-object-store",
+        action="store_true",
+        help="leave out the object-store variant (bounded ingest after each repeat's local runs and a "
+        "visibility run, with the lakehouse on a local S3 server the bench starts)",
+    )
+    p.add_argument(
+        "--object-store-checkpoints",
+        choices=("store", "local"),
+        default="store",
+        help="where the object-store variant keeps Flink's checkpoints: on the S3 server too, or in the "
+        "run's local folder",
+    )
     p.add_argument("--serve-days", type=int, default=365, help="days of 5-minute gold windows to serve")
     p.add_argument("--serve-requests", type=int, default=200, help="requests per kind of range and run")
     p.add_argument("--serve-repeat", type=int, help="serving runs (fresh server each; default: --repeat)")
@@ -703,10 +764,11 @@ def main(argv: list[str] | None = None) -> int:
             "project_parallelism": a.project_parallelism,
             "steady_events": a.steady_events,
             "flink": {k: str(v) for k, v in dataclasses.asdict(cfg.flink).items()},
+            "object_store": {"skipped": a.skip_object_store, "checkpoints": a.object_store_checkpoints},
         },
     }
     t_all = time.monotonic()
-    with LocalKafka.start(data_dir=work / "kafka", heap="1g") as broker:
+    with LocalKafka.start(data_dir=work / "kafka", heap="1g") as broker, ExitStack() as services:
         bootstrap = broker.bootstrap_servers
         print(f"kafka at {bootstrap}; producing ~{a.events} events ...", flush=True)
         wl, _events = prepare(bootstrap, cfg, a.events)
@@ -773,6 +835,17 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
 
+        store: BenchStore | None = None
+        if not a.skip_object_store:
+            store = services.enter_context(
+                s3_variant.started_store(work, checkpoints_on_store=a.object_store_checkpoints == "store")
+            )
+            results["object_store"] = {
+                **store.settings(),
+                "checkpoint_interval_s": cfg.flink.checkpoint_interval.total_seconds(),
+                "ingest": [],
+            }
+            print(f"  S3 server at {store.endpoint.url} for the object-store variant", flush=True)
         ingest: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
         # Runs at the other parallelisms (first mode only), interleaved with the main ones.
         ingest_p: dict[str, list[dict[str, Any]]] = {str(x): [] for x in parallelisms if x != base_p}
@@ -793,19 +866,28 @@ def main(argv: list[str] | None = None) -> int:
                         sample_busy=mode == modes[0] and par in parallelisms,
                     )
                     (ingest[mode] if par == base_p else ingest_p[str(par)]).append(r)
-                    print(
-                        f"  lakestream {mode} p={par} #{rep}: {r.get('events_per_s')} events/s, "
-                        f"sustained {r.get('sustained_events_per_s')} events/s "
-                        f"({r.get('to_execute_end_events_per_s')} to the end of execute(), teardown "
-                        f"{r.get('teardown_s')}s), execute {r.get('execute_s')}s "
-                        f"(start-up {r.get('startup_s')}s), "
-                        f"jvm {r.get('jvm_start_s')}s, exactly once {r.get('exactly_once_ok')}, "
-                        f"peak {r['memory']['peak_mib']}, CPU {r.get('cpu_us_per_event')} us/event "
-                        f"({r.get('cores_busy')} cores; seconds by process: {r.get('sustained_cpu_s')})"
-                        + (f"\n    busy: {_busy_line(r['busy'])}" if "busy" in r else "")
-                        + (f"\n{r['error']}" if "error" in r else ""),
-                        flush=True,
-                    )
+                    print(_ingest_line(f"{mode} p={par} #{rep}", r), flush=True)
+            if store is not None:
+                # Right after the local runs of this repeat, at the configured parallelism: pairs.
+                r = run_ingest(
+                    work,
+                    bootstrap,
+                    wl,
+                    label=f"{modes[0]}-s3-{rep}",
+                    mode=modes[0],
+                    env_over={},
+                    sets=a.set,
+                    batch_rows=a.batch_rows,
+                    tree=trees[modes[0]],
+                    sample_busy=base_p in parallelisms,
+                    store=store,
+                )
+                results["object_store"]["ingest"].append(r)
+                print(
+                    _ingest_line(f"{modes[0]} p={base_p} on S3 #{rep}", r)
+                    + f"\n    S3 server CPU {r.get('s3_server_cpu_s')}s",
+                    flush=True,
+                )
         results["ingest"] = ingest
         results["ingest_p"] = ingest_p
         if a.steady_events > 0:
@@ -874,6 +956,24 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
         results["latency"] = lat
+        if store is not None and not a.skip_latency:
+            r = run_latency(
+                work,
+                bootstrap,
+                mode=modes[0],
+                rate=a.latency_rate,
+                seconds=a.latency_seconds,
+                checkpoint_interval=str(cfg.flink.checkpoint_interval.total_seconds()) + "s",
+                sets=a.set,
+                tree=trees[modes[0]],
+                store=store,
+            )
+            results["object_store"]["latency"] = r
+            print(
+                f"  latency {modes[0]} on S3: "
+                f"{json.dumps({k: v for k, v in r.items() if k != 'memory'})[:600]}",
+                flush=True,
+            )
         if not a.skip_latency:
             from benchmarks import source_lag
 

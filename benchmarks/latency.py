@@ -102,8 +102,17 @@ def paced_producer(
     paced_send(bootstrap, creates(), rate=rate, seconds=seconds, stop=stop, sent=sent)
 
 
-def poll_visibility(table: Path, *, base_rows: int, until: float, seen: list[tuple[float, int]]) -> None:
-    """Poll the silver table's version every 100 ms; on a new version record (time, new rows)."""
+def poll_visibility(
+    table: Path | str,
+    *,
+    base_rows: int,
+    until: float,
+    seen: list[tuple[float, int]],
+    storage_options: dict[str, str] | None = None,
+) -> None:
+    """Poll the silver table's version every 100 ms; on a new version record (time, new rows).
+
+    ``table`` is a folder or a URI (``s3://``, read through the store with ``storage_options``)."""
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
@@ -112,7 +121,7 @@ def poll_visibility(table: Path, *, base_rows: int, until: float, seen: list[tup
     while time.monotonic() < until:
         try:
             if dt is None:
-                dt = DeltaTable(str(table))
+                dt = DeltaTable(str(table), storage_options=storage_options)
             else:
                 dt.update_incremental()
             v = dt.version()

@@ -15,7 +15,7 @@ py-spy), copies the Spark connector jars (Maven profile `spark-bench`, `jvm/targ
 `--set flink.key=value`, `--batch-rows`, `--latency-rate`, `--memory-minutes M --memory-rate R`,
 `--memory-ttl 2m` (default: the configured `dedup_ttl`), `--parallelisms 1,2`, `--project-parallelism 8`,
 `--steady-events N`, `--gold-compare`, `--compare-env LABEL:LAKESTREAM__SECTION__KEY=VALUE` (only paired
-bounded runs of two or more variants);
+bounded runs of two or more variants), `--skip-object-store`, `--object-store-checkpoints store|local`;
 `make bench BENCH_ARGS='--events 100000'`). Everything runs on one local KRaft broker with the same
 seeded messy events; each lakestream and Spark run is its own process (own JVM), RSS sampled over its
 process tree. Full results: `.lakestream/bench/results.json`.
@@ -56,6 +56,11 @@ def summarize(results: dict[str, Any], spread: Callable[[list[float]], dict[str,
             [float(r["steady"]["events_per_s"]) for r in steady_runs if r.get("steady")]
         )
         s[f"lakestream_{mode}_steady_all_ingested"] = all(r.get("all_ingested") for r in steady_runs)
+    from benchmarks import s3_variant
+
+    store = s3_variant.summarize(results, spread)
+    if store:
+        s["object_store"] = store
     return s
 
 
@@ -260,6 +265,7 @@ def markdown(results: dict[str, Any]) -> str:
             "checkpoint's MERGE inserts new keys (updates of old orders would make each MERGE rewrite "
             "the files holding them)."
         )
+    lines += _object_store_lines(results)
     lines += _memory_lines(results.get("memory"))
     lines += _source_lag_lines(results.get("source_lag"), results.get("source_lag_flink"))
     lines.append("")
@@ -442,6 +448,72 @@ def _scaling_lines(results: dict[str, Any], spark_sustained: float | None) -> li
         "the window = 80 % of the input / the window's length. A vertex is one chain of operators in one "
         "task; a Python operator's task counts as busy while it waits for its worker. Ceiling of a vertex = "
         "events/s in the window / its busiest subtask's busy ratio (shown for busy ratios of 5 % and more)."
+    )
+    return lines
+
+
+def _verdict(passed: bool | None) -> str:
+    return "–" if passed is None else ("**pass**" if passed else "**fail**")
+
+
+def _object_store_lines(results: dict[str, Any]) -> list[str]:
+    """The object-store variant: local folder vs S3 sustained rate, their ratio, visibility p99 on S3."""
+    o = (results.get("summary") or {}).get("object_store")
+    if not o:
+        return []
+    store = results["object_store"]
+    sus, e2e, cpu = o["sustained"], o["end_to_end"], o["cpu_us_per_event"]
+    once = o["exactly_once"]
+    checkpoints = (
+        "Flink's checkpoints on it too (`s3://`)"
+        if store.get("checkpoints_on_store")
+        else "checkpoints local"
+    )
+    mode = results["settings"]["modes"][0]
+    events = results.get("workload", {}).get("events", 0)
+    target = f">= {sus['target_ratio']:.1f}x"
+
+    def ratio(x: dict[str, Any]) -> str:
+        pairs = ", ".join(f"{v:.2f}" for v in x["pair_ratios"])
+        return "–" if x["ratio"] is None else f"{x['ratio']:.2f}x (pairs {pairs or '–'})"
+
+    lines = [
+        "",
+        f"**Object store** ({mode} mode, bounded ingest of the same {events:,} events with the lakehouse on "
+        f"a local S3 server (S3Proxy over HTTP on this machine, started by the bench), {checkpoints}; one "
+        f"S3 run right after each repeat's local run at the configured parallelism):",
+        "",
+        "| lakehouse | sustained events/s | events/s end to end | CPU µs/event (job) | exactly once |",
+        "| --- | --- | --- | --- | --- |",
+        *(
+            f"| {name} | {_fmt(sus[k])} | {_fmt(e2e[k])} | {_fmt(cpu[k])} | {once[k]} |"
+            for name, k in (("local folder", "local"), ("`s3://`", "s3"))
+        ),
+        f"| S3 / local (medians) | {ratio(sus)}, target {target}: {_verdict(sus['passed'])} | {ratio(e2e)} | "
+        "| |",
+    ]
+    v = o.get("visibility")
+    if v:
+        failed = f" (the run failed: {str(v['error'])[:200]})" if v.get("error") else ""
+        lines += [
+            "",
+            f"Visibility on S3 (unbounded, silver polled through the S3 API): p50 {v.get('p50_s', '–')} s, "
+            f"p99 **{v.get('p99_s', '–')} s** (local folder in this bench: {v.get('local_p99_s', '–')} s), "
+            f"max {v.get('max_s', '–')} s, {v.get('visible', '–')} of {v.get('sent', '–')} events visible; "
+            f"target checkpoint interval + {v['slack_s']:g} s = {v['target_s']:g} s: "
+            f"{_verdict(v['passed'])}{failed}.",
+        ]
+    server, per_event = o.get("s3_server_cpu_s") or {}, cpu.get("s3_server") or {}
+    if server:
+        sustained = f"{per_event['median']:g} µs per event over the sustained part, " if per_event else ""
+        lines.append(
+            f"\nThe local S3 server's JVM runs on the same cores as the job and is not in its CPU per event: "
+            f"{sustained}{server['median']:g} CPU seconds per S3 run (medians)."
+        )
+    lines.append(
+        "\nWhere an S3 run's time goes, request by request: `python -m benchmarks.s3_trace` (the visibility "
+        "run behind a recording proxy: requests by process and kind, each checkpoint's commits from the "
+        "Delta logs next to a local-folder run)."
     )
     return lines
 

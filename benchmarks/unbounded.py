@@ -13,11 +13,12 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.s3_variant import RunPlace, local_place
 from devtools.processes import kill_group
 
 SOURCES = ("orders_db", "payments", "logistics", "behaviour")
@@ -42,11 +43,13 @@ def child_env(**overrides: str) -> dict[str, str]:
 
 @dataclass
 class UnboundedIngest:
-    """A started run: its process (group leader), folder and the fresh topics it reads."""
+    """A started run: its process (group leader), folder, the fresh topics it reads and where its tables
+    and checkpoints are (``place``; default: in ``run_dir``)."""
 
     proc: subprocess.Popen[bytes]
     run_dir: Path
     topics: dict[str, str]
+    place: RunPlace | None = None
 
     def log_tail(self, chars: int = 3000) -> str:
         return (self.run_dir / "log.txt").read_text(errors="replace")[-chars:]
@@ -54,7 +57,8 @@ class UnboundedIngest:
     def wait_first_checkpoint(self, timeout: float = 180) -> bool:
         """True once a checkpoint completed (the sources are assigned and the job runs); False if it died."""
         deadline = time.monotonic() + timeout
-        while not list((self.run_dir / "checkpoints").glob("*/chk-*/_metadata")):
+        checkpoints = (self.place or local_place(self.run_dir)).checkpoints_view
+        while not list(checkpoints.glob("*/chk-*/_metadata")):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 return False
             time.sleep(0.5)
@@ -70,16 +74,19 @@ def ingest_run_cmd(
     sets: list[str],
     unbounded: bool = False,
     batch_rows: int | None = None,
+    place: RunPlace | None = None,
 ) -> list[str]:
-    """The ``benchmarks.ingest_run`` child command: tables, checkpoints and result file under ``run_dir``."""
+    """The ``benchmarks.ingest_run`` child command: tables, checkpoints and result file under ``run_dir``
+    (tables and checkpoints where ``place`` says, if given)."""
+    place = place or local_place(run_dir)
     cmd = [sys.executable, "-m", "benchmarks.ingest_run", "--bootstrap", bootstrap]
     if unbounded:
         cmd.append("--unbounded")
     cmd += [
         "--lakehouse",
-        str(run_dir / "lakehouse"),
+        place.lakehouse,
         "--checkpoint-dir",
-        str(run_dir / "checkpoints"),
+        place.checkpoints,
         "--group-id",
         group_id,
         "--result",
@@ -105,16 +112,27 @@ def unbounded_ingest(
     env_over: dict[str, str],
     sets: list[str],
     tree: Path,
+    place_for: Callable[[Path], RunPlace] = local_place,
 ) -> Iterator[UnboundedIngest]:
-    """Fresh topics (2 partitions each), then the unbounded run in ``work/label``; stopped on exit."""
+    """Fresh topics (2 partitions each), then the unbounded run in ``work/label``; stopped on exit.
+
+    ``place_for``: where the run's tables and checkpoints go, given its folder (default: in it)."""
     run_dir = work / label
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
+    place = place_for(run_dir)
     suffix = str(time.time_ns())
     topics, env = source_topics(bootstrap, f"{topic_prefix}{suffix}.", partitions=2)
+    env.update(place.env)
     env.update(env_over)
     cmd = ingest_run_cmd(
-        bootstrap, run_dir, group_id=f"bench-{label}-{suffix}", mode=mode, sets=sets, unbounded=True
+        bootstrap,
+        run_dir,
+        group_id=f"bench-{label}-{suffix}",
+        mode=mode,
+        sets=sets,
+        unbounded=True,
+        place=place,
     )
     with open(run_dir / "log.txt", "wb") as log:
         proc = subprocess.Popen(
@@ -126,6 +144,6 @@ def unbounded_ingest(
             start_new_session=True,
         )
         try:
-            yield UnboundedIngest(proc=proc, run_dir=run_dir, topics=topics)
+            yield UnboundedIngest(proc=proc, run_dir=run_dir, topics=topics, place=place)
         finally:
             kill_group(proc, grace=20)
