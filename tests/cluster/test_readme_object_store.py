@@ -100,8 +100,15 @@ def test_the_readme_production_commands_land_a_topic_on_the_object_store(
         "FLINK_LOG_DIR": str(flink_copy / "log"),
         "FLINK_PID_DIR": str(tmp_path / "pid"),
     }
-    for key in [k for k in env if k.startswith("AWS_")]:
-        del env[key]  # only what the README's lines export
+    # Only what the README's lines export: a user's shell has no AWS variables yet, and no Flink folders
+    # (pyflink sets FLINK_HOME, FLINK_LIB_DIR, FLINK_PLUGINS_DIR in a process that looked for its home,
+    # and the wheel's scripts would take the wheel's plugins from there).
+    for key in [
+        k
+        for k in env
+        if k.startswith("AWS_") or k in ("FLINK_HOME", "FLINK_LIB_DIR", "FLINK_OPT_DIR", "FLINK_PLUGINS_DIR")
+    ]:
+        del env[key]
     try:
         run = subprocess.run(
             ["bash", "-c", "set -e\n" + script],
