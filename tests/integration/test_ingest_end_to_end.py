@@ -35,6 +35,7 @@ from devtools.sample_events import SampleSettings, SourceEvent, generate
 from lakestream.config import load_config
 from merge_on_read.table import read_current, silver_mor_table
 from tests.support.cli import run_cli
+from tests.support.delta_tables import StoredTable
 from tests.support.ingest_job import setup_topics, start_unbounded, wait_for
 from tests.support.silver_oracle import FIELDS as RESOLVED
 from tests.support.silver_oracle import expected_silver
@@ -512,6 +513,10 @@ def test_ingest_killed_and_resumed_gives_the_same_tables(
     print(f"kill-and-resume ingest of {len(records)} records took {time.monotonic() - started:.1f}s")
     assert "resuming from checkpoint" in log.read_text()
     assert_tables(lakehouse, records)
+    if isinstance(lakehouse, StoredTable):  # no object of the tables (commits, manifests) holds the secret
+        secret = lakehouse.options["AWS_SECRET_ACCESS_KEY"].encode()
+        assert not [f for f in lakehouse.rglob("*") if f.is_file() and secret in f.read_bytes()]
+        assert secret not in log.read_bytes()
 
 
 def wait_for_silver(lakehouse: Path, orders: int, proc: Any, log: Path, timeout: float = 150) -> None:

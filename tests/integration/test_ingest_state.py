@@ -131,7 +131,8 @@ def test_a_duplicate_across_kill_is_recognised_from_checkpoints_on_s3(
     """The test above with ``flink.checkpoint_dir`` on the S3 server (the lakehouse stays local) and the
     credentials in the AWS variables only: RocksDB's incremental checkpoints complete there, the job is
     killed with input in flight, and the next run restores the de-dup state from the newest one at
-    another parallelism. The secret key is in no checkpoint object and no output."""
+    another parallelism. The secret key is in no checkpoint object, no table file (commit metadata,
+    manifests) and no output."""
     topics, env = setup_topics(kafka, tmp_path, lakehouse, partitions=2)
     bucket = f"ckpt-{uuid.uuid4().hex[:12]}"
     s3.create_bucket(bucket)
@@ -174,6 +175,8 @@ def test_a_duplicate_across_kill_is_recognised_from_checkpoints_on_s3(
     assert all(dedup_lookup_options(written))
     secret = options["AWS_SECRET_ACCESS_KEY"].encode()
     assert not [f for f in written.rglob("*") if f.is_file() and secret in f.read_bytes()]
+    # Nor in the tables: commit metadata, manifests, reader records.
+    assert not [f for f in lakehouse.rglob("*") if f.is_file() and secret in f.read_bytes()]
     assert secret not in log.read_bytes()
 
 

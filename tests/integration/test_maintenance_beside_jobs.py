@@ -22,7 +22,7 @@ from deltalake import DeltaTable, write_deltalake
 from devtools.processes import kill_group
 from lakestream.config import load_config
 from maintenance import operations
-from maintenance.facts import resolve_table
+from maintenance.facts import TableRef, resolve_table
 from maintenance.maintenance_errors import ConflictError, RefusedError
 from storage.reader_positions import read_records
 from storage.retry_policy import RetryPolicy
@@ -39,12 +39,17 @@ APPEND_TABLES = ("bronze/order_events", "quarantine/order_events", "late/order_e
 SILVER = "silver/orders"
 
 
+def is_table(ref: TableRef) -> bool:
+    """Whether the table exists yet, in a local folder or on the store."""
+    return "_delta_log" in ref.files().list_folders("")
+
+
 def maintenance_round(cfg, tally: Counter[str], n: int) -> None:  # type: ignore[no-untyped-def]
     """Compact every table (bronze one partition at a time, silver Z-ordered), checkpoint, vacuum."""
     retry = RetryPolicy(max_attempts=10, initial_backoff_s=0.05, max_backoff_s=0.5)
     for name in (*APPEND_TABLES, SILVER):
         ref = resolve_table(cfg, name)
-        if not Path(ref.uri, "_delta_log").is_dir():
+        if not is_table(ref):
             tally["optimize skipped (no table yet)"] += 1
             continue
         where = None
@@ -65,13 +70,13 @@ def maintenance_round(cfg, tally: Counter[str], n: int) -> None:  # type: ignore
     # (forced: the jobs rule asks for two checkpoint intervals, which hour-granular retention cannot
     # express below 1h). Silver is MERGEd every second: its vacuum stays at the safe retention.
     bronze = resolve_table(cfg, "bronze/order_events")
-    if Path(bronze.uri, "_delta_log").is_dir():
+    if is_table(bronze):
         with pytest.raises(RefusedError, match="below"):
             operations.vacuum(bronze, cfg, retain_hours=0, dry_run=False)
         done = operations.vacuum(bronze, cfg, retain_hours=0, dry_run=False, force=True)
         tally["files vacuumed"] += len(done.files)
     silver = resolve_table(cfg, SILVER)
-    if Path(silver.uri, "_delta_log").is_dir():
+    if is_table(silver):
         assert operations.vacuum(silver, cfg, dry_run=False).verdict.allowed
 
 
@@ -91,8 +96,10 @@ def zorder_silver_until(stop: threading.Event, cfg, tally: Counter[str]) -> None
 
 
 def test_optimize_and_vacuum_in_a_loop_beside_an_unbounded_ingest(
-    kafka: str, lakehouse: Path, tmp_path: Path
+    kafka: str, any_lakehouse: Path, tmp_path: Path
 ) -> None:
+    """On both back ends: the job's commits, OPTIMIZE, Z-order and VACUUM race on one table."""
+    lakehouse = any_lakehouse
     topics, env = setup_topics(kafka, tmp_path, lakehouse)
     cfg = load_config(environ=env)
     records, half = build_stream()
@@ -153,7 +160,8 @@ def test_optimize_and_vacuum_in_a_loop_beside_an_unbounded_ingest(
     elapsed = time.monotonic() - started
     print(f"{rounds} maintenance rounds beside ingest in {elapsed:.0f}s: {dict(tally)}")
     print(f"silver Z-ordered back to back beside its MERGEs: {dict(racing)}")
-    assert racing["z-orders"] > rounds
+    # The racer Z-ordered silver again and again while the rounds ran (on a store each takes longer).
+    assert racing["z-orders"] >= 3
     assert (
         rounds >= 5
         and sum(tally[k] for k in ("optimize runs", "optimize gave up", "optimize skipped (no table yet)"))
