@@ -21,10 +21,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake import Schema as DeltaSchema
-from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from lakestream.adapters import orders_db, payments
 from lakestream.config import Config, check_gold_window
+from lakestream.delta_create import open_or_create
 from lakestream.errors import FAILED, LakestreamError
 from lakestream.standard import AMOUNT, TIMESTAMP, StandardEvent
 from lakestream.time import EPOCH, iso_utc
@@ -439,17 +439,9 @@ def _field_types(schema: DeltaSchema) -> dict[str, str]:
 def ensure_gold_table(uri: str, *, storage_options: Mapping[str, str] | None = None) -> DeltaTable:
     """The gold table at ``uri``, created (unpartitioned, ``GOLD_SCHEMA``) if missing; refused if it differs.
 
-    Creation races between layers are harmless: the loser opens the winner's table.
+    Creation races between layers are harmless: one creation lands, the loser opens it.
     """
-    options = dict(storage_options) if storage_options else None
-    try:
-        dt = DeltaTable(uri, storage_options=options)
-    except TableNotFoundError:
-        try:
-            DeltaTable.create(uri, schema=GOLD_SCHEMA, mode="ignore", storage_options=options)
-        except DeltaError:
-            pass  # another writer created it first
-        dt = DeltaTable(uri, storage_options=options)
+    dt = open_or_create(uri, GOLD_SCHEMA, storage_options=storage_options, log_name="gold")
     want = _field_types(DeltaSchema.from_arrow(GOLD_SCHEMA))
     have = _field_types(dt.schema())
     if want != have:

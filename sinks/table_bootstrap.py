@@ -1,7 +1,8 @@
 """The table a sink writes into, made ready at OPEN: created if missing, checked, tuned for MERGE.
 
-Every subtask opens (and, the first time, creates) the table, so creation races are expected and
-harmless. A table that exists with other columns or partitioning is refused before anything is staged.
+Every subtask opens (and, the first time, creates) the table, so creation races are expected: one
+creation commit lands, the others open it (``lakestream.delta_create``). A table that exists with other
+columns or partitioning is refused before anything is staged.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ import logging
 
 from deltalake import DeltaTable
 from deltalake import Schema as DeltaSchema
-from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from deltalake.exceptions import CommitFailedError
 
+from lakestream.delta_create import open_or_create
 from sinks.sink_errors import TableSchemaError
 from sinks.table_spec import TableSpec
 
@@ -24,25 +26,18 @@ TARGET_FILE_SIZE_PROPERTY = "delta.targetFileSize"
 
 def open_table(spec: TableSpec, *, log_name: str) -> DeltaTable:
     """The table of ``spec``, created if missing; raises ``TableSchemaError`` if it does not fit."""
-    try:
-        dt = DeltaTable(spec.table_uri, storage_options=spec.storage_options)
-    except TableNotFoundError:
-        try:
-            DeltaTable.create(
-                spec.table_uri,
-                schema=spec.table_schema,
-                partition_by=list(spec.partition_by) or None,
-                mode="ignore",
-                storage_options=spec.storage_options,
-                configuration=(
-                    None
-                    if spec.mode in ("append", "changes")
-                    else {TARGET_FILE_SIZE_PROPERTY: str(spec.target_file_size)}
-                ),
-            )
-        except DeltaError as exc:  # another subtask won the creation race
-            log.info("%s: table creation raced (%s); opening it", log_name, exc)
-        dt = DeltaTable(spec.table_uri, storage_options=spec.storage_options)
+    dt = open_or_create(
+        spec.table_uri,
+        spec.table_schema,
+        partition_by=spec.partition_by,
+        configuration=(
+            None
+            if spec.mode in ("append", "changes")
+            else {TARGET_FILE_SIZE_PROPERTY: str(spec.target_file_size)}
+        ),
+        storage_options=spec.storage_options,
+        log_name=log_name,
+    )
     check_table(dt, spec)
     return dt
 
