@@ -34,11 +34,12 @@ from sinks.sink_errors import CommitConflictError, StagedFileMissingError
 from sinks.staging import Manifest, StagedFile, StagingArea
 from sinks.table_spec import TableSpec
 from sinks.writer_metrics import CommitResult, WriterMetrics
-from storage.delta_log import COUNTERS_KEY, counter_totals
+from storage.delta_log import COUNTERS_KEY, AppVersions, DeltaLog, counter_totals
 from storage.parquet_encoding import pyarrow_options, writer_properties
 from storage.retry_policy import RetryPolicy
 
 log = logging.getLogger(__name__)
+
 
 class CommitHooks:
     """Seams around a commit for tests and tracing; this base class does nothing."""
@@ -91,6 +92,9 @@ class DeltaCommitter:
         self.log_name = log_name or staging.app_prefix
         self._table = table
         self._staging = staging
+        self._app_versions = AppVersions(
+            DeltaLog(spec.table_uri, storage_options=spec.storage_options, cache_size=0)
+        )
         self._files = staging.files
         self._rng = random.Random()
         #: Newest event time the table holds (freshness_column), "" for none; None until first read.
@@ -100,6 +104,10 @@ class DeltaCommitter:
         """The table at its latest version."""
         self._table.update_incremental()
         return self._table
+
+    def txn_version(self, snapshot: DeltaTable, app_id: str) -> int | None:
+        """``app_id``'s txn version in ``snapshot`` (one of this committer's snapshots)."""
+        return self._app_versions.of(snapshot, app_id)
 
     def commit(
         self, manifests: Sequence[Manifest], checkpoint_id: int, *, txn_version: int | None = None
@@ -168,7 +176,7 @@ class DeltaCommitter:
         self, dt: DeltaTable, manifests: Sequence[Manifest], checkpoint_id: int, txn_version: int | None
     ) -> _CommitPlan | None:
         """What one attempt commits on snapshot ``dt``; None when the table holds every manifest."""
-        pending = [m for m in manifests if not m.committed_in(dt.transaction_version(m.app_id))]
+        pending = [m for m in manifests if not m.committed_in(self.txn_version(dt, m.app_id))]
         if not pending:
             return None
         self._check_staged_files(pending)

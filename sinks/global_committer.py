@@ -85,7 +85,7 @@ class GlobalCommitter:
         manifest = self._staging.read(c.manifest_path)
         if manifest is None:
             app_id = app_id_for(c.app_prefix, c.run_id, c.subtask)
-            version = committer.snapshot().transaction_version(app_id)
+            version = committer.txn_version(committer.snapshot(), app_id)
             if version is not None and version >= c.checkpoint_id:
                 log.info("%s: checkpoint %d of %s is committed", self.app_prefix, c.checkpoint_id, app_id)
                 return

@@ -545,6 +545,53 @@ class TableLog:
         return new
 
 
+class Snapshot(Protocol):
+    """What :class:`AppVersions` needs of a ``deltalake.DeltaTable``."""
+
+    def version(self) -> int:
+        """The snapshot's table version."""
+        ...
+
+    def transaction_version(self, app_id: str) -> int | None:
+        """The newest txn version of ``app_id`` in the snapshot."""
+        ...
+
+
+class AppVersions:
+    """The newest ``txn`` version of each app id a sink asks for, kept current commit by commit.
+
+    deltalake's ``transaction_version`` replays the log from the last Delta checkpoint at every call
+    (one GET per commit on an object store), and a sink asks for each of its app ids at every Flink
+    checkpoint. Here an app id is looked up once; later snapshots only read the commits added since.
+    A commit that cannot be read any more (log cleanup) or a snapshot older than the last one starts
+    over from deltalake.
+    """
+
+    def __init__(self, log: DeltaLog) -> None:
+        self._log = log
+        self._version: int | None = None
+        self._known: dict[str, int | None] = {}
+
+    def of(self, snapshot: Snapshot, app_id: str) -> int | None:
+        """``app_id``'s txn version in ``snapshot`` (None: the table has no txn action of it)."""
+        version = snapshot.version()
+        if self._version is None or version < self._version:
+            self._known.clear()
+        else:
+            for v in range(self._version + 1, version + 1) if self._known else ():
+                commit = self._log.read_commit(v)
+                if commit is None:
+                    self._known.clear()
+                    break
+                for app, txn in commit.txn.items():
+                    if app in self._known:
+                        self._known[app] = txn
+        self._version = version
+        if app_id not in self._known:
+            self._known[app_id] = snapshot.transaction_version(app_id)
+        return self._known[app_id]
+
+
 class Counted(Protocol):
     """What carries ``lakestream.counters``: a commit (``CommitSummary``), a staged manifest."""
 

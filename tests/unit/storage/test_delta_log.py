@@ -11,16 +11,20 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from storage.delta_log import (
     END_OF_INPUT,
+    AppVersions,
+    Commit,
     CommitSummary,
     DeltaLog,
     DeltaLogError,
     TableLog,
     checkpoints_committed,
+    commit_file,
     commit_ms,
     counter_totals,
     parse_commit,
     summarize,
 )
+from tests.support.delta_tables import table_at, table_options
 
 
 def _lines(*actions: dict[str, object]) -> list[str]:
@@ -163,3 +167,63 @@ def test_every_reader_of_a_broken_commit_file_is_told_which(tmp_path: Path) -> N
     (tmp_path / "t" / "_delta_log" / f"{1:020d}.json").write_text('{"add": {}}\n')
     with pytest.raises(DeltaLogError, match="00000000000000000001.json: not a Delta commit file"):
         DeltaLog(str(tmp_path / "t")).read_commit(1)
+
+
+class CountingLog(DeltaLog):
+    """A real log reader that remembers which commit versions it was asked to read."""
+
+    def __init__(self, table_uri: str, options: dict[str, str] | None) -> None:
+        super().__init__(table_uri, storage_options=options, cache_size=0)
+        self.read: list[int] = []
+
+    def read_commit(self, version: int) -> Commit | None:
+        self.read.append(version)
+        return super().read_commit(version)
+
+
+def commit_txn(uri: str, options: dict[str, str] | None, **apps: int) -> None:
+    """One append commit carrying a txn action per ``app=version``."""
+    write_deltalake(
+        uri,
+        pa.table({"a": [1]}),
+        mode="append",
+        storage_options=options,
+        commit_properties=CommitProperties(app_transactions=[Transaction(a, v) for a, v in apps.items()]),
+    )
+
+
+def test_app_versions_follow_the_log_reading_only_new_commits(any_lakehouse: Path) -> None:
+    uri, options = table_at(any_lakehouse, "t"), table_options(any_lakehouse)
+    for v in range(1, 6):
+        commit_txn(uri, options, a=v, b=10 * v)
+    dt = DeltaTable(uri, storage_options=options)
+    log = CountingLog(uri, options)
+    versions = AppVersions(log)
+    assert (versions.of(dt, "a"), versions.of(dt, "b"), versions.of(dt, "c")) == (5, 50, None)
+    assert log.read == []  # first answers come from deltalake
+
+    # Another writer commits (c appears, a moves, b does not): only the two new commits are read.
+    commit_txn(uri, options, c=7)
+    commit_txn(uri, options, a=6)
+    dt.update_incremental()
+    assert [versions.of(dt, app) for app in ("a", "b", "c")] == [6, 50, 7]
+    assert log.read == [5, 6]
+    assert [versions.of(dt, app) for app in ("a", "b", "c")] == [6, 50, 7] and log.read == [5, 6]
+
+    # An older snapshot (time travel) is answered from deltalake, not from what was read later.
+    old = DeltaTable(uri, version=3, storage_options=options)
+    assert (versions.of(old, "a"), versions.of(old, "c")) == (4, None)  # version 3: the fourth commit
+
+
+def test_app_versions_start_over_when_a_commit_is_gone(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    commit_txn(uri, None, a=1)
+    dt = DeltaTable(uri)
+    versions = AppVersions(CountingLog(uri, None))
+    assert versions.of(dt, "a") == 1
+    commit_txn(uri, None, a=2)  # version 1: the commit that will be gone
+    commit_txn(uri, None, b=5)
+    dt.update_incremental()
+    dt.create_checkpoint()
+    (tmp_path / "t" / commit_file(1)).unlink()  # as log cleanup past retention does
+    assert versions.of(DeltaTable(uri), "a") == 2
