@@ -83,8 +83,9 @@ class Watcher:
         self.logs = {name: TableLog(location(self.root, name)) for name in tables}
 
     def all_exist(self) -> bool:
-        """True once every watched table has its first commit (the job's writers have opened)."""
-        return all(log.exists for log in self.logs.values())
+        """True once every watched table of the ingest (``TABLES``) has its first commit: the job's
+        writers have opened."""
+        return all(log.exists for name, log in self.logs.items() if name in TABLES)
 
     def poll(self) -> None:
         """Read every commit that appeared since the last poll."""

@@ -37,6 +37,7 @@ from devtools.sample_events import SampleSettings, generate
 from flink_jobs.lifecycle import JobFailedError
 from lakestream import paths
 from lakestream.config import Config, ConfigError
+from lakestream.table_names import TABLES
 from runtime.flink_env import on_object_store
 from storage.delta_log import location
 from storage.object_store import export_settings, is_object_store
@@ -356,7 +357,7 @@ def _run(
     from sources.flink.kafka_input import commit_group_offsets, snapshot_end_offsets
 
     sample = generate(SampleSettings(orders=max(1, events // 6), source_zone=cfg.event_time.source_zone))
-    watcher = Watcher(cfg.lakehouse.root)
+    watcher = Watcher(cfg.lakehouse.root, (*TABLES, cfg.gold.table) if cfg.gold.enabled else TABLES)
     expected_bronze = sum(1 for ev in sample if not ev.malformed)
     with contextlib.ExitStack() as stack:
         bootstrap = stack.enter_context(_broker(cfg, view))

@@ -10,6 +10,7 @@ from deltalake import CommitProperties, Transaction, write_deltalake
 from rich.console import Console
 
 from demo.live_view import LiveView, Snapshot, TableState, Watcher, choose_mode, plain_line, render
+from lakestream.table_names import TABLES as INGEST_TABLES
 from storage.delta_log import END_OF_INPUT
 
 TABLES = ("bronze/order_events", "late/order_events", "quarantine/order_events", "silver/orders")
@@ -55,6 +56,18 @@ def test_watcher_counts_rows_checkpoints_and_silver_counters(tmp_path: Path) -> 
     assert s.counters == {"events_duplicate": 2, "events_late": 2, "silver_changes": 9}
     assert s.checkpoints == 2 and s.end_of_input
     assert s.table("gold/x") is None and s.rows("gold/x") == 0
+
+
+def test_the_gold_table_is_watched_too_without_holding_the_start_back(tmp_path: Path) -> None:
+    gold = "gold/order_metrics_5m"
+    watcher = Watcher(tmp_path, (*INGEST_TABLES, gold))
+    for table in INGEST_TABLES:
+        _write(tmp_path, table, 0, None)
+    assert watcher.all_exist()  # the events are released once the ingest's own tables exist
+    _write(tmp_path, gold, 3, 1)
+    snap = _snapshot(watcher)
+    assert [t.name for t in snap.tables] == [*INGEST_TABLES, gold]
+    assert (snap.table(gold).rows, snap.table(gold).version) == (3, 0)  # type: ignore[union-attr]
 
 
 def _fixed() -> Snapshot:
