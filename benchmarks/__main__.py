@@ -590,7 +590,14 @@ def _serve_bench(a: argparse.Namespace) -> dict[str, Any]:
     from benchmarks import serve_latency
 
     res = serve_latency.run(
-        Path(a.out), days=a.serve_days, requests=a.serve_requests, repeat=a.serve_repeat or a.repeat
+        Path(a.out),
+        days=a.serve_days,
+        requests=a.serve_requests,
+        repeat=a.serve_repeat or a.repeat,
+        load_clients=a.serve_clients,
+        load_requests=a.serve_load_requests,
+        load_seconds=a.serve_load_seconds,
+        baseline_tree=Path(a.serve_baseline_tree) if a.serve_baseline_tree else None,
     )
     out_dir = Path(a.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -715,6 +722,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--serve-days", type=int, default=365, help="days of 5-minute gold windows to serve")
     p.add_argument("--serve-requests", type=int, default=200, help="requests per kind of range and run")
     p.add_argument("--serve-repeat", type=int, help="serving runs (fresh server each; default: --repeat)")
+    p.add_argument("--serve-clients", type=int, default=32, help="concurrent clients of the serving load run")
+    p.add_argument(
+        "--serve-load-requests", type=int, default=100, help="requests per client of the serving load run"
+    )
+    p.add_argument(
+        "--serve-load-seconds", type=float, default=60.0, help="time limit of one serving load run"
+    )
+    p.add_argument(
+        "--serve-baseline-tree",
+        help="another checkout whose `lakestream serve` is loaded in the same run as this tree's "
+        "(e.g. `git worktree add /tmp/before REV`)",
+    )
     a = p.parse_args(argv)
     variants = parse_variants(a.compare_env) if a.compare_env else None
     if bad := [kv for kv in a.memory_env if not kv.startswith("LAKESTREAM__") or "=" not in kv]:

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import random
 import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
@@ -117,13 +119,24 @@ def _pct(xs: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
-def _server(root: Path, log: Path) -> tuple[subprocess.Popen[str], int]:
+#: The current tree's server answers the year in one request (``serve.max_range`` is 31 days).
+YEAR_RANGE_ENV = {"LAKESTREAM__SERVE__MAX_RANGE": "366d"}
+
+
+def _server(root: Path, log: Path, tree: Path | None = None) -> tuple[subprocess.Popen[str], int]:
+    """``lakestream serve`` of this source tree, or of ``tree`` (another checkout: the baseline)."""
+    env = dict(os.environ)
+    if tree is None:
+        env.update(YEAR_RANGE_ENV)
+    else:
+        env["PYTHONPATH"] = str(tree)
     proc = subprocess.Popen(
         [sys.executable, "-m", "cli", "serve", "--lakehouse", str(root), "--port", "0", "--quiet"],
-        cwd=paths.PROJECT_ROOT,
+        cwd=tree or paths.PROJECT_ROOT,
         stdout=subprocess.PIPE,
         stderr=log.open("w"),
         text=True,
+        env=env,
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()
@@ -191,6 +204,81 @@ def one_run(root: Path, first_day: datetime, days: int, requests: int, seed: int
         proc.wait(timeout=30)
 
 
+def load_run(
+    root: Path,
+    first_day: datetime,
+    days: int,
+    *,
+    clients: int,
+    per_client: int,
+    time_limit_s: float,
+    seed: int,
+    tree: Path | None = None,
+) -> dict[str, Any]:
+    """``clients`` keep-alive clients at once on a fresh, warmed server, each alternating ``/api/today``
+    and a week of windows until ``per_client`` requests or ``time_limit_s``: p50/p99 per kind."""
+    proc, port = _server(root, root.parent / f"serve-load-{seed}-{'base' if tree else 'new'}.log", tree)
+    try:
+        _Client(port).get(f"/api/today?day={first_day:%Y-%m-%d}")  # builds the version's snapshot
+        times: dict[str, list[float]] = {"today (page)": [], "week": []}
+        errors: list[str] = []
+        lock = threading.Lock()
+        deadline = time.monotonic() + time_limit_s
+        start = threading.Barrier(clients + 1)
+
+        def client(i: int) -> None:
+            rng = random.Random(seed * 1000 + i)
+            c = _Client(port)
+            mine: dict[str, list[float]] = {k: [] for k in times}
+            start.wait()
+            for n in range(per_client):
+                if time.monotonic() > deadline:
+                    break
+                d = first_day + timedelta(days=rng.randrange(0, days - 7))
+                kind, path = (
+                    ("today (page)", f"/api/today?day={d:%Y-%m-%d}")
+                    if n % 2 == 0
+                    else ("week", f"/api/metrics?from={d:%Y-%m-%d}&to={d + timedelta(days=7):%Y-%m-%d}")
+                )
+                try:
+                    ms, status, _ = c.get(path)
+                except OSError as exc:
+                    errors.append(f"{kind}: {exc}")
+                    c = _Client(port)
+                    continue
+                if status != 200:
+                    errors.append(f"{kind}: HTTP {status}")
+                mine[kind].append(ms)
+            with lock:
+                for k, xs in mine.items():
+                    times[k].extend(xs)
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+        for t in threads:
+            t.start()
+        start.wait()
+        t0 = time.perf_counter()
+        for t in threads:
+            t.join()
+        wall = time.perf_counter() - t0
+        total = sum(len(xs) for xs in times.values())
+        return {
+            "server": "baseline" if tree else "current",
+            "requests": total,
+            "requests_per_s": round(total / wall, 1),
+            "errors": len(errors),
+            "first_errors": errors[:3],
+            "kinds": {
+                k: {"p50_ms": round(_pct(xs, 0.5), 2), "p99_ms": round(_pct(xs, 0.99), 2), "n": len(xs)}
+                for k, xs in times.items()
+                if xs
+            },
+        }
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
 def _rss_mib(pid: int) -> float | None:
     """Resident memory of the server process (Linux ``/proc``), None elsewhere."""
     try:
@@ -206,8 +294,22 @@ def _median(xs: list[float]) -> float:
     return round(statistics.median(xs), 2)
 
 
-def run(out_dir: Path, *, days: int, requests: int, repeat: int) -> dict[str, Any]:
-    """Build the table once, then ``repeat`` fresh-server runs; results with medians over the runs."""
+def run(
+    out_dir: Path,
+    *,
+    days: int,
+    requests: int,
+    repeat: int,
+    load_clients: int = 32,
+    load_requests: int = 100,
+    load_seconds: float = 60.0,
+    baseline_tree: Path | None = None,
+) -> dict[str, Any]:
+    """Build the table once, then ``repeat`` fresh-server runs; results with medians over the runs.
+
+    Then the load run ``repeat`` times, alternating the baseline server (``baseline_tree``: another
+    checkout, e.g. ``git worktree add /tmp/before REV``) and this tree's when a baseline is given.
+    """
     work = out_dir / "work" / "serve"
     root = work / "lakehouse"
     first_day = datetime(2025, 1, 1, tzinfo=UTC)
@@ -220,6 +322,21 @@ def run(out_dir: Path, *, days: int, requests: int, repeat: int) -> dict[str, An
         r = one_run(root, first_day, days, requests, seed=rep)
         runs.append(r)
         print(f"serve: run {rep}: {json.dumps(r)}", flush=True)
+    loads: list[dict[str, Any]] = []
+    for rep in range(repeat):
+        for tree in ([baseline_tree] if baseline_tree is not None else []) + [None]:
+            r = load_run(
+                root,
+                first_day,
+                days,
+                clients=load_clients,
+                per_client=load_requests,
+                time_limit_s=load_seconds,
+                seed=rep,
+                tree=tree,
+            )
+            loads.append(r)
+            print(f"serve: load {rep} ({r['server']}): {json.dumps(r)}", flush=True)
     kinds = list(runs[0]["kinds"])
     summary = {
         kind: {
@@ -244,7 +361,36 @@ def run(out_dir: Path, *, days: int, requests: int, repeat: int) -> dict[str, An
         "new_version_ms": _median([r["new_version_ms"] for r in runs]),
         "year_bytes": runs[0]["year_bytes"],
         "server_rss_mib": _median([r["server_rss_mib"] or 0 for r in runs]),
+        "load": {
+            "clients": load_clients,
+            "requests_per_client": load_requests,
+            "seconds_limit": load_seconds,
+            "baseline_tree": str(baseline_tree) if baseline_tree else None,
+            "runs": loads,
+            "summary": _load_summary(loads),
+        },
     }
+
+
+def _load_summary(loads: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per server and kind: medians over the runs of p50, p99 and requests/s; errors summed."""
+    out: dict[str, Any] = {}
+    for server in ("baseline", "current"):
+        mine = [r for r in loads if r["server"] == server]
+        if not mine:
+            continue
+        out[server] = {
+            "requests_per_s": _median([r["requests_per_s"] for r in mine]),
+            "errors": sum(r["errors"] for r in mine),
+            "kinds": {
+                k: {
+                    "p50_ms": _median([r["kinds"][k]["p50_ms"] for r in mine if k in r["kinds"]]),
+                    "p99_ms": _median([r["kinds"][k]["p99_ms"] for r in mine if k in r["kinds"]]),
+                }
+                for k in ("today (page)", "week")
+            },
+        }
+    return out
 
 
 def markdown(res: dict[str, Any]) -> str:
@@ -257,7 +403,9 @@ def markdown(res: dict[str, Any]) -> str:
         "(fresh server each).",
         "",
         "Run alone with `make bench BENCH_ARGS='--only serve'` (`--serve-days 365`, `--serve-requests 200`, "
-        "`--serve-repeat 3`); a full `make bench` runs it last. Results: `.lakestream/bench/serve.json`.",
+        "`--serve-repeat 3`, `--serve-clients 32`, `--serve-baseline-tree DIR`); a full `make bench` runs "
+        "it last. The year is one request here (`serve.max_range` raised to 366 days for the bench; the "
+        "default, 31 days, refuses it). Results: `.lakestream/bench/serve.json`.",
         "",
         "| request | rows | p50 ms | p99 ms (min–max over runs) |",
         "| --- | --- | --- | --- |",
@@ -275,6 +423,29 @@ def markdown(res: dict[str, Any]) -> str:
         f"{res.get('server_rss_mib')} MiB.",
         "",
     ]
+    load = res.get("load")
+    if load and load.get("summary"):
+        lines += [
+            f"Under load: {load['clients']} keep-alive clients at once, each alternating `/api/today` and a "
+            f"week of windows, {load['requests_per_client']} requests or {load['seconds_limit']:.0f} s per "
+            "client, medians over the runs"
+            + (
+                " (baseline: the server of the checkout before it, in the same run)"
+                if load["baseline_tree"]
+                else ""
+            )
+            + ":",
+            "",
+            "| server | today p50 ms | today p99 ms | week p50 ms | week p99 ms | requests/s | errors |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for server, s in load["summary"].items():
+            t, w = s["kinds"]["today (page)"], s["kinds"]["week"]
+            lines.append(
+                f"| {server} | {t['p50_ms']} | {t['p99_ms']} | {w['p50_ms']} | {w['p99_ms']} | "
+                f"{s['requests_per_s']} | {s['errors']} |"
+            )
+        lines.append("")
     return "\n".join(lines)
 
 

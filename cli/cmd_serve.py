@@ -5,22 +5,12 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-import threading
-from types import FrameType
 from typing import Any
 
 from cli.common import SubParsers, add_command, load
 from lakestream.config import is_loopback
 from serving import serve
-from serving.serve import make_server
-
-
-def _stop_on_sigterm() -> None:
-    def handler(_signum: int, _frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, handler)
+from serving.http_server import HttpServer
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -35,8 +25,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         over["allow_remote"] = True
     if over:
         cfg = cfg.replace("serve", **over)
-    server = make_server(cfg, quiet=args.quiet)
-    host, port = str(server.server_address[0]), int(server.server_address[1])
+    server = HttpServer(cfg, quiet=args.quiet)
     if not is_loopback(cfg.serve.host):
         print(
             f"warning: listening on {cfg.serve.host}, not loopback: anyone who reaches this address can "
@@ -44,18 +33,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
             flush=True,
         )
-    shown = f"[{host}]" if ":" in host else host
     print(
-        f"serving {cfg.lakehouse.table_uri(cfg.gold.table)} at http://{shown}:{port}/ (Ctrl-C stops)",
+        f"serving {cfg.lakehouse.table_uri(cfg.gold.table)} at {server.url}/ (Ctrl-C stops)",
         flush=True,
     )
-    _stop_on_sigterm()
+    # uvicorn stops gracefully on SIGINT / SIGTERM, then raises the signal again for the handler it
+    # found: SIGINT's raises KeyboardInterrupt, SIGTERM gets one that does the same, so both end here.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        server.serve_forever(poll_interval=0.2)
+        server.run()
     except KeyboardInterrupt:
-        print("stopped", flush=True)
-    finally:
-        server.server_close()
+        pass
+    print("stopped", flush=True)
     return 0
 
 

@@ -494,11 +494,24 @@ class ServeConfig:
     allow_remote: bool = False
     #: How often the page fetches the numbers again.
     refresh: timedelta = timedelta(seconds=5)
+    #: Host names the server answers to besides loopback names and ``host`` (``*.example.com``: a domain).
+    allowed_hosts: tuple[str, ...] = ()
+    #: The longest ``[from, to)`` one ``/api/metrics`` request may ask for (31 days: about 3 MB of JSON).
+    max_range: timedelta = timedelta(days=31)
 
     def __post_init__(self) -> None:
         """A bad address or port would only fail when the socket is bound; say which key to fix now."""
         if not self.host.strip():
             raise ConfigError('serve.host: must be an address such as "127.0.0.1", got an empty string')
+        object.__setattr__(self, "allowed_hosts", tuple(n.lower() for n in self.allowed_hosts))
+        for name in self.allowed_hosts:
+            if not _HOST_NAME.fullmatch(name):
+                raise ConfigError(
+                    f"serve.allowed_hosts: {name!r} is not a host name; give names as clients send them in "
+                    'Host, without scheme or port, e.g. "metrics.example.com" or "*.example.com"'
+                )
+        if self.max_range <= timedelta(0):
+            raise ConfigError(f"serve.max_range: must be positive, e.g. '31d', got {self.max_range}")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"serve.port: must be between 0 (a free port) and 65535, got {self.port}")
         if self.refresh < timedelta(milliseconds=200):
@@ -508,6 +521,10 @@ class ServeConfig:
                 f"serve.host: {self.host!r} is not a loopback address and the server has no authentication; "
                 "set serve.allow_remote = true (or pass --allow-remote) to listen there anyway"
             )
+
+
+#: A host name or address as a ``Host`` header names it (lower case, no port), or ``*.`` and a domain.
+_HOST_NAME = re.compile(r"(\*\.)?[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*|[0-9a-f:.]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -534,7 +551,7 @@ class StorageConfig:
         endpoint = self.endpoint.strip()
         if endpoint and not endpoint.startswith(("http://", "https://")):
             raise ConfigError(
-                f'storage.endpoint: must start with http:// or https://, got {self.endpoint!r} '
+                f"storage.endpoint: must start with http:// or https://, got {self.endpoint!r} "
                 '(e.g. "http://127.0.0.1:9000")'
             )
         if endpoint.startswith("http://") and not self.allow_http:

@@ -94,8 +94,6 @@ def query(dt: DeltaTable, sql: str) -> pa.Table:
     return pa.RecordBatchReader.from_stream(result).read_all()
 
 
-
-
 def _times(column: pa.ChunkedArray) -> list[datetime | None]:
     """A timestamp column as UTC datetimes, through epoch microseconds (pyarrow's own conversion of
     zoned timestamps is about ten times slower)."""
@@ -197,19 +195,24 @@ def row_json_bytes(s: ServedWindow) -> bytes:
 
 
 class DayCounts:
-    """Rows of an append table (late, quarantine) whose ``ingest_time`` falls in a UTC day, by version.
+    """Rows of an append table (late, quarantine) whose ``column`` falls in a UTC day, by version.
 
-    A table that does not exist counts 0 (nothing was late or quarantined yet).
+    The late table counts by ``event_time`` (the day gold's windows are in); quarantined records have
+    no event time to trust, so they count by ``ingest_time``. A table that does not exist counts 0
+    (nothing was late or quarantined yet).
     """
 
-    def __init__(self, uri: str) -> None:
+    def __init__(self, uri: str, column: str) -> None:
         self.uri = uri
+        self.column = column
+        #: The table version the last count read (None: no table yet).
+        self.version: int | None = None
         self._lock = threading.Lock()
         self._table: DeltaTable | None = None
         self._counts: dict[tuple[int, datetime], int] = {}
 
     def count(self, start: datetime, end: datetime) -> int:
-        """Rows with ``start <= ingest_time < end`` in the table's newest version."""
+        """Rows with ``start <= column < end`` in the table's newest version."""
         with self._lock:
             if self._table is None:
                 if not (Path(self.uri) / "_delta_log").is_dir() and "://" not in self.uri:
@@ -220,11 +223,12 @@ class DayCounts:
                     return 0
             else:
                 self._table.update_incremental()
-            key = (self._table.version(), start)
+            self.version = self._table.version()
+            key = (self.version, start)
             if key not in self._counts:
                 sql = (
-                    f"SELECT count(*) AS n FROM t WHERE ingest_time >= {_literal(start)} "
-                    f"AND ingest_time < {_literal(end)}"
+                    f"SELECT count(*) AS n FROM t WHERE {self.column} >= {_literal(start)} "
+                    f"AND {self.column} < {_literal(end)}"
                 )
                 if len(self._counts) >= 8:
                     self._counts.clear()

@@ -1,30 +1,39 @@
-"""``lakestream serve``: the served gold metrics as JSON and a live page, over HTTP (standard library).
+"""``lakestream serve``: the served gold metrics as JSON and a live page, over HTTP.
 
   GET /                                   the page: today's GMV and orders per window, running totals,
                                           "data as of", late and quarantined counts; refreshes itself
-  GET /api/metrics?from=T1&to=T2[&as_of=V|T]   the windows of [T1, T2), as `lakestream query metrics
-                                          --format json` prints them
+  GET /api/metrics?from=T1&to=T2[&as_of=V|T]   the windows of [T1, T2) (at most serve.max_range), as
+                                          `lakestream query metrics --format json` prints them
   GET /api/today[?day=YYYY-MM-DD]         one UTC day (default: today) for the page
+  GET /openapi.json                       the OpenAPI description of the above
 
+HEAD too; answers carry an ETag per gold version (If-None-Match: 304) and are gzip-compressed when the
+client accepts it. Requests must name an allowed Host (loopback names, ``serve.allowed_hosts``).
 Loopback only unless ``serve.allow_remote`` (``--allow-remote``): there is no authentication. The gold
-table is read once per version (``serving.gold_read.GoldCache``); a request slices prepared JSON.
+table is read once per version (``serving.gold_cache.GoldCache``); a request slices prepared JSON.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-import sys
-import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs
 
-from lakestream.config import Config, ConfigError
-from lakestream.time import TimeArgError, iso_utc, parse_as_of, parse_range, parse_time, utc_day
+from lakestream.config import Config
+from lakestream.time import (
+    TimeArgError,
+    format_duration,
+    iso_utc,
+    parse_as_of,
+    parse_range,
+    parse_time,
+    utc_day,
+)
 from serving.gold_cache import GoldCache, GoldSnapshot
 from serving.gold_read import (
     LATE_TABLE,
@@ -33,7 +42,7 @@ from serving.gold_read import (
     GoldMissingError,
     GoldReadError,
 )
-from serving.metrics_view import GoldDataError
+from serving.openapi import BY_PATH
 
 
 class BadRequest(ValueError):
@@ -47,14 +56,15 @@ class BadRequest(ValueError):
         self.parameter = parameter
 
 
-def _params(query: str, known: tuple[str, ...], required: tuple[str, ...] = ()) -> dict[str, str]:
-    """The query string's parameters, each at most once, all of them known, the required ones there."""
+def _params(query: str, path: str) -> dict[str, str]:
+    """The query string's parameters for ``path``: each at most once, all known, the required ones there."""
+    endpoint = BY_PATH[path]
+    known, required = endpoint.names(), endpoint.required()
     raw = parse_qs(query, keep_blank_values=True)
     unknown = sorted(set(raw) - set(known))
     if unknown:
-        raise BadRequest(
-            unknown[0], f"unknown parameter {unknown[0]!r}; this endpoint takes {', '.join(known)}"
-        )
+        takes = f"takes {', '.join(known)}" if known else "takes no parameters"
+        raise BadRequest(unknown[0], f"unknown parameter {unknown[0]!r}; this endpoint {takes}")
     for name, values in raw.items():
         if len(values) > 1:
             raise BadRequest(name, f"parameter {name!r} is given {len(values)} times; give it once")
@@ -66,18 +76,38 @@ def _params(query: str, known: tuple[str, ...], required: tuple[str, ...] = ()) 
     return {name: values[0] for name, values in raw.items()}
 
 
+@dataclass(frozen=True)
+class Answer:
+    """What an endpoint answers: its validator, how to build the body (only when it is sent), headers."""
+
+    etag: str
+    build: Callable[[], bytes]
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+def _digest(*parts: object) -> str:
+    return hashlib.sha256("\x1f".join(map(str, parts)).encode()).hexdigest()[:16]
+
+
 class MetricsService:
     """What the endpoints answer, independent of HTTP: reads through per-version caches."""
 
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
         self.gold = GoldCache(cfg.lakehouse.table_uri(cfg.gold.table), cfg.gold.window)
-        self.late = DayCounts(cfg.lakehouse.table_uri(LATE_TABLE))
-        self.quarantine = DayCounts(cfg.lakehouse.table_uri(QUARANTINE_TABLE))
+        self.late = DayCounts(cfg.lakehouse.table_uri(LATE_TABLE), "event_time")
+        self.quarantine = DayCounts(cfg.lakehouse.table_uri(QUARANTINE_TABLE), "ingest_time")
 
-    def metrics(self, query: str) -> tuple[bytes, int]:
-        """``/api/metrics``: the JSON array of the windows of ``[from, to)`` and the gold version."""
-        p = _params(query, ("from", "to", "as_of"), required=("from", "to"))
+    def check(self, path: str, query: str) -> None:
+        """``BadRequest`` unless ``query`` has only ``path``'s parameters, each once, the required ones."""
+        _params(query, path)
+
+    def metrics(self, query: str) -> Answer:
+        """``/api/metrics``: the JSON array of the windows of ``[from, to)``, validated by gold version.
+
+        A range longer than ``serve.max_range`` is refused (one answer stays a bounded size).
+        """
+        p = _params(query, "/api/metrics")
         for name in ("from", "to"):
             try:
                 parse_time(p[name], name=name)
@@ -87,8 +117,20 @@ class MetricsService:
             start, end = parse_range(p["from"], p["to"], names=("from", "to"))
         except TimeArgError as exc:
             raise BadRequest("to", str(exc)) from None
+        limit = self.cfg.serve.max_range
+        if end - start > limit:
+            raise BadRequest(
+                "to",
+                f"from {iso_utc(start)} to {iso_utc(end)} spans {format_duration(end - start)}; one request "
+                f"covers at most {format_duration(limit)} (serve.max_range): ask for from={iso_utc(start)}"
+                f"&to={iso_utc(start + limit)}, then go on from its end",
+            )
         snap = self._snapshot(p.get("as_of"))
-        return snap.json_array(start, end), snap.version
+        return Answer(
+            etag=f'W/"gold-{snap.version}-{_digest(start, end)}"',
+            build=lambda: snap.json_array(start, end),
+            headers={"X-Gold-Version": str(snap.version)},
+        )
 
     def _snapshot(self, as_of: str | None) -> GoldSnapshot:
         if as_of is None:
@@ -101,9 +143,14 @@ class MetricsService:
         except (TimeArgError, GoldReadError) as exc:
             raise BadRequest("as_of", str(exc)) from None
 
-    def today(self, query: str, now: datetime | None = None) -> bytes:
-        """``/api/today``: one UTC day's windows, totals, data time, late and quarantined counts."""
-        p = _params(query, ("day",))
+    def today(self, query: str, now: datetime | None = None) -> Answer:
+        """``/api/today``: one UTC day's windows, totals, data time, the day's late events (by event time)
+        and quarantined records (by ingest time: they have no event time to trust).
+
+        Its ETag is weak: it names the versions of gold, late and quarantine the numbers come from, and
+        a 304 leaves the client its older ``generated_at``.
+        """
+        p = _params(query, "/api/today")
         when = now or datetime.now(timezone.utc)
         if "day" in p:
             try:
@@ -117,13 +164,16 @@ class MetricsService:
             "generated_at": iso_utc(datetime.now(timezone.utc)),
             "refresh_ms": int(self.cfg.serve.refresh.total_seconds() * 1000),
             "late": self.late.count(start, end),
+            "late_counted_by": self.late.column,
             "quarantined": self.quarantine.count(start, end),
+            "quarantined_counted_by": self.quarantine.column,
         }
         try:
             snap = self.gold.latest()
         except GoldMissingError as exc:
             head.update(gold_version=None, note=str(exc), batch_through=None, data_time=None, totals=None)
-            return json.dumps({**head, "windows": []}).encode()
+            missing = json.dumps({**head, "windows": []}).encode()
+            return Answer(etag=self._today_tag(head["day"], None), build=lambda: missing)
         served = snap.between(start, end)
         through = snap.batch_through
         times = [s.row.data_time for s in served if s.row.data_time is not None]
@@ -142,86 +192,19 @@ class MetricsService:
             },
         )
         body = json.dumps(head, separators=(",", ":")).encode()
-        return body[:-1] + b',"windows":' + snap.json_array(start, end) + b"}"
+        whole = body[:-1] + b',"windows":' + snap.json_array(start, end) + b"}"
+        return Answer(
+            etag=self._today_tag(head["day"], snap.version),
+            build=lambda: whole,
+            headers={"X-Gold-Version": str(snap.version)},
+        )
+
+    def _today_tag(self, day: str, gold_version: int | None) -> str:
+        versions = (gold_version, self.late.version, self.quarantine.version)
+        return f'W/"today-{day}-{_digest(*versions)}"'
 
 
 def page(cfg: Config) -> bytes:
     """The live page (``serving/serve_page.html``), with the refresh interval filled in."""
     text = resources.files("serving").joinpath("serve_page.html").read_text(encoding="utf-8")
     return text.replace("__REFRESH_MS__", str(int(cfg.serve.refresh.total_seconds() * 1000))).encode()
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    service: MetricsService
-    page: bytes
-    quiet: bool
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _Server
-
-    def _send(self, status: int, body: bytes, kind: str, headers: Mapping[str, str] | None = None) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-store")
-        for k, v in (headers or {}).items():
-            self.send_header(k, v)
-        self.end_headers()
-        self.wfile.write(body)
-
-    def _error(self, status: int, message: str, parameter: str | None = None) -> None:
-        body: dict[str, Any] = {"error": message}
-        if parameter is not None:
-            body["parameter"] = parameter
-        self._send(status, json.dumps(body).encode(), "application/json")
-
-    def do_GET(self) -> None:  # noqa: N802 - the name http.server dispatches to
-        """Route ``/``, ``/api/metrics`` and ``/api/today``; errors as JSON ``{"error": ...}``."""
-        url = urlsplit(self.path)
-        service = self.server.service
-        try:
-            if url.path in ("/", "/index.html"):
-                self._send(HTTPStatus.OK, self.server.page, "text/html; charset=utf-8")
-            elif url.path == "/api/metrics":
-                body, version = service.metrics(url.query)
-                self._send(HTTPStatus.OK, body, "application/json", {"X-Gold-Version": str(version)})
-            elif url.path == "/api/today":
-                self._send(HTTPStatus.OK, service.today(url.query), "application/json")
-            else:
-                self._error(
-                    HTTPStatus.NOT_FOUND, f"no such path {url.path}; try /, /api/metrics or /api/today"
-                )
-        except BadRequest as exc:
-            self._error(HTTPStatus.BAD_REQUEST, str(exc), exc.parameter)
-        except GoldMissingError as exc:
-            self._error(HTTPStatus.NOT_FOUND, str(exc))
-        except (GoldReadError, GoldDataError) as exc:
-            self._error(HTTPStatus.INTERNAL_SERVER_ERROR, str(exc))
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-        except Exception as exc:  # a bug: keep serving, say so, log the traceback
-            traceback.print_exc(file=sys.stderr)
-            self._error(HTTPStatus.INTERNAL_SERVER_ERROR, f"internal error: {type(exc).__name__}: {exc}")
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's signature
-        """One line per request on stderr unless the server is quiet."""
-        if not self.server.quiet:
-            super().log_message(format, *args)
-
-
-def make_server(cfg: Config, *, quiet: bool = False) -> ThreadingHTTPServer:
-    """A bound (not yet serving) server on ``serve.host``:``serve.port`` (port 0: a free one)."""
-    try:
-        server = _Server((cfg.serve.host, cfg.serve.port), _Handler)
-    except OSError as exc:
-        raise ConfigError(
-            f"serve.host/serve.port: cannot listen on {cfg.serve.host}:{cfg.serve.port} ({exc.strerror}); "
-            "pass another --port (0: a free one) or --host"
-        ) from None
-    server.service = MetricsService(cfg)
-    server.page = page(cfg)
-    server.quiet = quiet
-    return server

@@ -7,12 +7,12 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
+from email.message import Message
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ import pytest
 
 from lakestream.config import Config, LakehouseConfig, ServeConfig
 from lakestream.standard import LATE_SCHEMA, QUARANTINE_SCHEMA
-from serving.serve import make_server
+from serving.http_server import HttpServer
 from tests.support import gold_scenario
 from tests.support.cli import ROOT, run_cli
 from tests.support.delta_tables import table_at
@@ -30,22 +30,19 @@ from tests.support.gold_tables import append_rows, at, ingest_rows, row, upsert_
 class Server:
     def __init__(self, root: Path | str) -> None:
         cfg = Config(lakehouse=LakehouseConfig(root=str(root)), serve=ServeConfig(port=0))
-        self.httpd = make_server(cfg, quiet=True)
-        self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05})
-        self.thread.start()
+        self.httpd = HttpServer(cfg, quiet=True).start()
+        self.base = self.httpd.url
 
-    def get(self, path: str) -> tuple[int, dict[str, str], Any]:
+    def get(self, path: str) -> tuple[int, Message, Any]:
+        """Status, headers (names in any case) and the JSON body of ``GET path``."""
         try:
             with urllib.request.urlopen(self.base + path, timeout=30) as resp:
-                return resp.status, dict(resp.headers), json.loads(resp.read())
+                return resp.status, resp.headers, json.loads(resp.read())
         except urllib.error.HTTPError as err:
-            return err.code, dict(err.headers), json.loads(err.read())
+            return err.code, err.headers, json.loads(err.read())
 
     def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(timeout=10)
+        self.httpd.stop()
 
 
 @pytest.fixture
@@ -53,7 +50,15 @@ def served(any_lakehouse: Path) -> Iterator[tuple[Server, gold_scenario.Scenario
     """The server over a gold scenario on either back end (the S3 server's settings in the environment)."""
     root = table_at(any_lakehouse, "").rstrip("/")
     scenario = gold_scenario.write(root)
-    append_rows(f"{root}/late/order_events", ingest_rows(LATE_SCHEMA, [at("2024-06-01T00:10")] * 3))
+    # Late events of June 1 arrived on June 2, one of May 31 arrived on June 1: counted by event time.
+    append_rows(
+        f"{root}/late/order_events",
+        ingest_rows(
+            LATE_SCHEMA,
+            [at("2024-06-02T08:00")] * 3 + [at("2024-06-01T00:05")],
+            [at("2024-06-01T00:10")] * 3 + [at("2024-05-31T23:50")],
+        ),
+    )
     append_rows(
         f"{root}/quarantine/order_events",
         ingest_rows(
@@ -139,16 +144,21 @@ def test_api_today_has_the_days_windows_totals_data_time_and_counts(
     assert day["totals"] == {"events": 6 * 6 + 8 * 8, "orders_created": 28, "payments": 14, "gmv": "226.66"}
     assert day["data_time"] == "2024-06-01T01:10:00Z"  # the newest data_time of the day's rows
     assert day["batch_through"] == "2024-06-01T00:30:00Z"
-    assert (day["late"], day["quarantined"]) == (3, 1)  # by ingest_time, within the UTC day only
+    # Late by event time (the day of the windows), quarantined by ingest time (no event time to trust).
+    assert (day["late"], day["quarantined"]) == (3, 1)
+    assert (day["late_counted_by"], day["quarantined_counted_by"]) == ("event_time", "ingest_time")
     status, _, may31 = server.get("/api/today?day=2024-05-31")
-    assert [w["day_gmv"] for w in may31["windows"]] == ["10.00"] and may31["quarantined"] == 1
+    assert [w["day_gmv"] for w in may31["windows"]] == ["10.00"]
+    assert (may31["late"], may31["quarantined"]) == (1, 1)
+    status, _, june2 = server.get("/api/today?day=2024-06-02")
+    assert (june2["late"], june2["quarantined"]) == (0, 1)
 
 
 def test_a_new_gold_commit_is_served_at_the_next_request(
     served: tuple[Server, gold_scenario.Scenario],
 ) -> None:
     server, scenario = served
-    service = server.httpd.service  # type: ignore[attr-defined]
+    service = server.httpd.service
     assert service.gold.latest() is service.gold.latest()  # one snapshot per version
     path = "/api/metrics?from=2024-06-01T01:05&to=2024-06-01T01:15"
     _, headers, before = server.get(path)
@@ -250,4 +260,4 @@ def test_a_taken_port_names_the_setting_and_the_fix(tmp_path: Path) -> None:
         with pytest.raises(
             ConfigError, match=rf"serve.host/serve.port: cannot listen on 127.0.0.1:{port}.*--port"
         ):
-            make_server(cfg)
+            HttpServer(cfg)

@@ -6,7 +6,6 @@ code. Needs Chromium (``apt-get install chromium``); without it the test fails a
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
@@ -21,7 +20,7 @@ from deltalake import DeltaTable
 
 from lakestream.config import Config, LakehouseConfig, ServeConfig
 from lakestream.standard import LATE_SCHEMA, QUARANTINE_SCHEMA
-from serving.serve import make_server
+from serving.http_server import HttpServer
 from tests.support.chromium import Browser
 from tests.support.gold_tables import WINDOW, append_rows, backfill, ingest_rows, row, upsert_realtime
 
@@ -99,11 +98,9 @@ def test_the_page_shows_todays_numbers_and_follows_a_new_commit(tmp_path: Path, 
     cfg = Config(
         lakehouse=LakehouseConfig(root=str(root)), serve=ServeConfig(port=0, refresh=timedelta(seconds=0.5))
     )
-    httpd = make_server(cfg, quiet=True)
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
+    httpd = HttpServer(cfg, quiet=True).start()
     try:
-        browser.goto(f"http://127.0.0.1:{httpd.server_address[1]}/")
+        browser.goto(f"http://127.0.0.1:{httpd.address[1]}/")
         browser.wait_for("document.body.dataset.version === '1'")
         shown = _page(browser)
         expected = _expected(gold, day)
@@ -134,6 +131,4 @@ def test_the_page_shows_todays_numbers_and_follows_a_new_commit(tmp_path: Path, 
         )
         browser.screenshot(tmp_path / "after.png")
     finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(timeout=10)
+        httpd.stop()

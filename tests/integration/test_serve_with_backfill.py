@@ -4,7 +4,6 @@ and ``/api/metrics`` over it and over realtime windows after it."""
 from __future__ import annotations
 
 import json
-import threading
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
@@ -14,7 +13,7 @@ from deltalake import write_deltalake
 from lakestream.adapters import get_adapter
 from lakestream.config import Config, LakehouseConfig, ServeConfig
 from lakestream.standard import StandardEvent, bronze_batch
-from serving.serve import make_server
+from serving.http_server import HttpServer
 from tests.support.cli import run_cli
 from tests.support.gold_tables import WINDOW, row, upsert_realtime
 
@@ -95,13 +94,11 @@ def test_backfilled_windows_are_served_as_batch_with_zeros_then_realtime(tmp_pat
     assert by_start["05:00"]["day_gmv"] == f"{paid + Decimal('5.00'):.2f}"
 
     cfg = Config(lakehouse=LakehouseConfig(root=str(root)), serve=ServeConfig(port=0))
-    httpd = make_server(cfg, quiet=True)
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
+    httpd = HttpServer(cfg, quiet=True).start()
     try:
         import urllib.request
 
-        port = httpd.server_address[1]
+        port = httpd.address[1]
         url = f"http://127.0.0.1:{port}/api/metrics?from=2024-06-01T04:00Z&to=2024-06-01T05:10Z"
         with urllib.request.urlopen(url, timeout=30) as resp:
             assert json.loads(resp.read()) == rows
@@ -110,6 +107,4 @@ def test_backfilled_windows_are_served_as_batch_with_zeros_then_realtime(tmp_pat
         assert day["batch_through"] == "2024-06-01T05:00:00Z" and day["totals"]["gmv"] == f"{paid + 5:.2f}"
         assert len(day["windows"]) == 13 and WINDOW == timedelta(minutes=5)
     finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(timeout=10)
+        httpd.stop()

@@ -118,10 +118,15 @@ def _dummy(kind: pa.DataType, i: int) -> object:
     return f"x{i}"
 
 
-def ingest_rows(schema: pa.Schema, ingest_times: Sequence[datetime]) -> pa.Table:
-    """Rows of a late or quarantine table (``schema``) with these ``ingest_time`` values, the rest filler."""
+def ingest_rows(
+    schema: pa.Schema, ingest_times: Sequence[datetime], event_times: Sequence[datetime] | None = None
+) -> pa.Table:
+    """Rows of a late or quarantine table (``schema``) with these ``ingest_time`` values and (a late
+    table) ``event_time`` values (the ingest times when not given), the rest filler."""
+    events = list(ingest_times if event_times is None else event_times)
+    given = {"ingest_time": list(ingest_times), "event_time": events}
     columns = {
-        f.name: [t if f.name == "ingest_time" else _dummy(f.type, i) for i, t in enumerate(ingest_times)]
+        f.name: given[f.name] if f.name in given else [_dummy(f.type, i) for i in range(len(ingest_times))]
         for f in schema
     }
     return pa.Table.from_pydict(columns, schema=schema)

@@ -35,3 +35,35 @@ def test_environment_overrides() -> None:
     assert (cfg.serve.port, cfg.serve.refresh) == (9000, timedelta(seconds=2))
     with pytest.raises(ConfigError, match="LAKESTREAM__SERVE__HOST.*allow_remote|allow_remote"):
         load_config(None, environ={"LAKESTREAM__SERVE__HOST": "0.0.0.0"})
+
+
+@pytest.mark.parametrize(
+    "name", ["metrics.example.com", "*.example.com", "10.0.0.7", "fe80::1", "my-host", "a.b-c.d"]
+)
+def test_allowed_hosts_take_names_as_host_headers_send_them(name: str) -> None:
+    assert ServeConfig(allowed_hosts=(name,)).allowed_hosts == (name,)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["http://metrics.example.com", "metrics.example.com:8000", "*", "*.", "a b", "-x.example"],
+)
+def test_an_allowed_host_that_no_host_header_matches_is_refused_naming_the_key(name: str) -> None:
+    with pytest.raises(
+        ConfigError, match=r"serve.allowed_hosts: .* is not a host name.*without scheme or port"
+    ):
+        ServeConfig(allowed_hosts=(name,))
+
+
+def test_allowed_hosts_are_compared_in_lower_case() -> None:
+    assert ServeConfig(allowed_hosts=("Metrics.Example.COM",)).allowed_hosts == ("metrics.example.com",)
+
+
+def test_max_range_is_positive_and_comes_from_the_environment_too() -> None:
+    with pytest.raises(ConfigError, match="serve.max_range: must be positive"):
+        ServeConfig(max_range=timedelta(0))
+    cfg = load_config(
+        None,
+        environ={"LAKESTREAM__SERVE__MAX_RANGE": "7d", "LAKESTREAM__SERVE__ALLOWED_HOSTS": '["a.example"]'},
+    )
+    assert (cfg.serve.max_range, cfg.serve.allowed_hosts) == (timedelta(days=7), ("a.example",))
