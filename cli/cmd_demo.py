@@ -9,6 +9,9 @@ from demo.run_demo import run_demo
 from lakestream.config import ConfigError
 from lakestream.time import parse_duration
 
+#: Sample events the demo produces unless ``--events`` says otherwise.
+DEFAULT_EVENTS = 2000
+
 
 def register(subparsers: SubParsers) -> argparse.ArgumentParser:
     """Register ``lakestream demo`` on the CLI's sub-command parsers."""
@@ -19,7 +22,7 @@ def register(subparsers: SubParsers) -> argparse.ArgumentParser:
         flags=("lakehouse", "bootstrap_servers"),
         help="embedded broker + sample events + the main job, bounded, with live progress and a report",
     )
-    p.add_argument("--events", type=int, default=2000, help="sample events to produce (about)")
+    p.add_argument("--events", type=int, default=DEFAULT_EVENTS, help="sample events to produce (about)")
     p.add_argument(
         "--produce-seconds",
         type=float,

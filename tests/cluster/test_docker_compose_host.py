@@ -33,10 +33,12 @@ import pytest
 import yaml
 from deltalake import DeltaTable
 
+from cli.cmd_demo import DEFAULT_EVENTS
 from devtools import processes
 from devtools.s3_server import LocalS3
 from lakestream import paths
 from runtime.flink_env import flink_home
+from tests.integration.test_demo import _check_tables as check_demo_tables
 from tests.support.prometheus import Scraper
 
 pytestmark = pytest.mark.cluster
@@ -269,11 +271,17 @@ def test_the_compose_cluster_runs_the_demo_on_the_object_store_and_serves_promet
     jobs = host.rest("/jobs/overview")["jobs"]
     assert [j["state"] for j in jobs] == ["FINISHED"]
 
-    # The tables are on the store, read through its S3 API with the compose file's key pair.
+    # The tables are on the store, read through its S3 API with the compose file's key pair: exactly the
+    # demo's sample (its default size), as `make demo`'s own test checks them.
     options = s3.storage_options()
-    bronze = DeltaTable("s3://lakestream/demo/bronze/order_events", storage_options=options)
-    silver = DeltaTable("s3://lakestream/demo/silver/orders", storage_options=options)
-    assert bronze.to_pyarrow_dataset().count_rows() > 0 and silver.to_pyarrow_dataset().count_rows() > 0
+
+    def read(name: str) -> list[dict[str, Any]]:
+        table = DeltaTable(f"s3://lakestream/demo/{name}", storage_options=options)
+        rows: list[dict[str, Any]] = table.to_pyarrow_table().to_pylist()
+        return rows
+
+    counts = check_demo_tables(read, DEFAULT_EVENTS)  # the compose service passes no --events
+    assert counts["silver/orders"] > 0 and counts["late/order_events"] > 0
     # The job's checkpoints completed on the store, through Flink's S3 plugin of the JobManager and the
     # TaskManager (a finished job's are deleted by Flink, so its checkpoint statistics tell where they were).
     stats = host.rest(f"/jobs/{jobs[0]['jid']}/checkpoints")
