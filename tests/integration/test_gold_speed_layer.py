@@ -36,7 +36,7 @@ from lakestream.gold import (
     reference_aggregate,
 )
 from tests.support.cli import run_cli
-from tests.support.ingest_job import setup_topics, start_unbounded
+from tests.support.ingest_job import setup_topics, start_unbounded, wait_for_checkpoints
 
 pytestmark = pytest.mark.integration
 
@@ -297,7 +297,8 @@ def test_gold_exactly_once_across_kill_9_with_duplicates_on_both_sides(
             assert job.poll() is None, log.read_text()[-4000:]
             assert time.monotonic() < deadline, log.read_text()[-4000:]
             time.sleep(0.5)
-        time.sleep(2.5)  # a few more checkpoints; the kill lands anywhere between them
+        # Two more completed checkpoints; the kill lands anywhere after them.
+        wait_for_checkpoints(tmp_path / "checkpoints", 2, job, log)
     finally:
         kill_group(job)
     produce(kafka, topics, second)
@@ -315,7 +316,8 @@ def test_gold_exactly_once_across_kill_9_with_duplicates_on_both_sides(
             assert job.poll() is None, log.read_text()[-4000:]
             assert time.monotonic() < deadline, f"gold {got}\nexpected {expected}\n{log.read_text()[-3000:]}"
             time.sleep(1)
-        time.sleep(3)  # more checkpoints: nothing may be counted twice
+        # Two more completed checkpoints: nothing may be counted twice.
+        wait_for_checkpoints(tmp_path / "checkpoints", 2, job, log)
         got = metrics_of(list(gold_rows(lakehouse).values()))
     finally:
         kill_group(job)

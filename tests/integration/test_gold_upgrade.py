@@ -36,7 +36,15 @@ from tests.integration.test_gold_speed_layer import (
     scenario,
 )
 from tests.support.cli import run_cli
-from tests.support.ingest_job import ROOT, old_tree, start_ingest, start_unbounded, table_rows, wait_for
+from tests.support.ingest_job import (
+    ROOT,
+    old_tree,
+    start_ingest,
+    start_unbounded,
+    table_rows,
+    wait_for,
+    wait_for_checkpoints,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -62,7 +70,7 @@ def run_old_then_kill(
             assert first.poll() is None, log.read_text()[-4000:]
             assert time.monotonic() < deadline, log.read_text()[-4000:]
             time.sleep(0.5)
-        time.sleep(2.5)  # a few more checkpoints
+        wait_for_checkpoints(Path(env["LAKESTREAM__FLINK__CHECKPOINT_DIR"]), 2, first, log)
     finally:
         kill_group(first)
 

@@ -36,7 +36,7 @@ from lakestream.config import load_config
 from merge_on_read.table import read_current, silver_mor_table
 from tests.support.cli import run_cli
 from tests.support.delta_tables import StoredTable
-from tests.support.ingest_job import setup_topics, start_unbounded, wait_for
+from tests.support.ingest_job import setup_topics, start_unbounded, wait_for, wait_for_checkpoints
 from tests.support.silver_oracle import FIELDS as RESOLVED
 from tests.support.silver_oracle import expected_silver
 
@@ -499,7 +499,8 @@ def test_ingest_killed_and_resumed_gives_the_same_tables(
         counts = expected_counts(first_half)
         counts["silver/orders"] = len(expected_silver([r.ev for r in first_half if r.kind == "valid"]))
         wait_for(lakehouse, counts, first, log)
-        time.sleep(1.5)  # a few more (empty) checkpoints; the kill lands anywhere between them
+        # Two more (empty) checkpoints; the kill lands anywhere after them.
+        wait_for_checkpoints(tmp_path / "checkpoints", 2, first, log)
     finally:
         kill_group(first)  # no clean shutdown: staged files and uncommitted checkpoints stay behind
     produce(kafka, topics, records[half:])
@@ -507,7 +508,8 @@ def test_ingest_killed_and_resumed_gives_the_same_tables(
     second = start_unbounded(env, log)
     try:
         wait_for(lakehouse, expected_counts(records), second, log)
-        time.sleep(3)  # a few more checkpoints: nothing may be added twice
+        # Two more completed checkpoints (each commits whatever it holds): nothing may be added twice.
+        wait_for_checkpoints(tmp_path / "checkpoints", 2, second, log)
     finally:
         kill_group(second)
     print(f"kill-and-resume ingest of {len(records)} records took {time.monotonic() - started:.1f}s")
@@ -548,7 +550,8 @@ def test_merge_on_read_silver_killed_twice_then_bounded(kafka: str, lakehouse: P
         wait_for(lakehouse, expected_counts(records[:half]), first, log)
         orders = len(expected_silver([r.ev for r in records[:half] if r.kind == "valid"]))
         wait_for_silver(lakehouse, orders, first, log)
-        time.sleep(2.5)  # at least one fold; the kill lands anywhere between commits and folds
+        # Two more checkpoints (folds run beside them); the kill lands anywhere between commits and folds.
+        wait_for_checkpoints(tmp_path / "checkpoints", 2, first, log)
     finally:
         kill_group(first)
     produce(kafka, topics, records[half:])
@@ -558,7 +561,8 @@ def test_merge_on_read_silver_killed_twice_then_bounded(kafka: str, lakehouse: P
         wait_for_silver(
             lakehouse, len(expected_silver([r.ev for r in records if r.kind == "valid"])), second, log
         )
-        time.sleep(3)
+        # Two more completed checkpoints: nothing may be added twice.
+        wait_for_checkpoints(tmp_path / "checkpoints", 2, second, log)
     finally:
         kill_group(second)
     assert "resuming from checkpoint" in log.read_text()

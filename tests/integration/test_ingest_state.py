@@ -27,7 +27,15 @@ from devtools.s3_server import LocalS3
 from lakestream.gold import METRIC_NAMES, GoldSettings, aggregate, gold_inputs
 from runtime.flink_env import latest_checkpoint
 from storage.table_files import table_files
-from tests.support.ingest_job import ROOT, old_tree, setup_topics, start_unbounded, table_rows, wait_for
+from tests.support.ingest_job import (
+    ROOT,
+    old_tree,
+    setup_topics,
+    start_unbounded,
+    table_rows,
+    wait_for,
+    wait_for_checkpoints,
+)
 
 pytestmark = pytest.mark.integration
 PAID_AT = 1717214400000  # 2024-06-01T04:00:00Z
@@ -72,17 +80,21 @@ def run_until(
     lakehouse: Path,
     counts: dict[str, int],
     *,
-    settle: float = 2.0,
     cwd: Path = ROOT,
     gold: dict[str, int] | None = None,
+    checkpoints: Path | None = None,
 ) -> None:
-    """Start the job, wait for ``counts`` (and the gold window's ``gold`` metrics), kill -9 it."""
+    """Start the job, wait for ``counts`` (and the gold window's ``gold`` metrics) and two more completed
+    checkpoints, kill -9 it. ``checkpoints``: where the checkpoints can be read as files (default: the
+    local ``flink.checkpoint_dir`` of ``env``)."""
+    folder = checkpoints or Path(env["LAKESTREAM__FLINK__CHECKPOINT_DIR"])
     proc = start_unbounded(env, log, cwd=cwd)
     try:
         wait_for(lakehouse, counts, proc, log)
         if gold is not None:
             wait_for_gold(lakehouse, gold, proc, log)
-        time.sleep(settle)  # a few more checkpoints; the kill lands anywhere between them
+        # Two more completed checkpoints (nothing may be added twice); the kill lands anywhere after them.
+        wait_for_checkpoints(folder, 2, proc, log)
     finally:
         kill_group(proc)  # kill -9 of the whole process group: no clean shutdown
 
@@ -165,6 +177,7 @@ def test_a_duplicate_across_kill_is_recognised_from_checkpoints_on_s3(
         log,
         lakehouse,
         {"silver/orders": 31, "bronze/order_events": 32},
+        checkpoints=s3.buckets_dir / bucket / "checkpoints",  # the server's own folder of the prefix
     )
     assert f"resuming from checkpoint s3://{bucket}/checkpoints/ingest/" in log.read_text()
     assert counters(lakehouse, "events_duplicate") == 1

@@ -38,6 +38,7 @@ from tests.integration.test_delta_source_flink import (
 from tests.integration.test_resume_after_kill import produce, rows, start_job, wait_rows
 from tests.support.cli import run_cli
 from tests.support.delta_tables import lakehouse_env, table_at
+from tests.support.ingest_job import wait_for_checkpoints
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,10 +98,10 @@ def test_land_runs_continue_exactly_bounded_unbounded_and_back(
     try:
         sent |= produce(kafka, topic, 1000, 500)
         wait_rows(uri, len(sent), proc, log)
-        sent |= produce(kafka, topic, 1500, 300)  # some of it may be read, staged or committed
-        time.sleep(1.5)
+        sent |= produce(kafka, topic, 1500, 300)  # in flight at the kill: read, staged, not committed
     finally:
         kill_group(proc)
+    assert len(landed(uri)) < len(sent), "everything produced was committed before the kill: not mid-stream"
     assert "from the offsets" in log.read_text()
 
     # 4. Unbounded again: it resumes the killed run's checkpoint, and is killed too.
@@ -108,7 +109,7 @@ def test_land_runs_continue_exactly_bounded_unbounded_and_back(
     try:
         sent |= produce(kafka, topic, 1800, 200)
         wait_rows(uri, len(sent), proc, log)
-        time.sleep(1.5)
+        wait_for_checkpoints(tmp_path / "ckpt", 1, proc, log)  # one more, empty; the kill lands after it
     finally:
         kill_group(proc)
     assert log.read_text().count("resuming from checkpoint") == 1
@@ -270,10 +271,11 @@ def test_changefeed_polls_to_kafka_continue_exactly(tmp_path: Path, lakehouse: P
         while len(kafka_changes(kafka, topic)) <= before:
             assert proc.poll() is None, f"job exited early:\n{log.read_text()[-4000:]}"
             assert time.monotonic() < deadline, f"no new output:\n{log.read_text()[-4000:]}"
-        more_appends(src, newest_id(src) + 1, 2, rows=10)  # read while it runs, maybe not committed
-        time.sleep(1)
+        more_appends(src, newest_id(src) + 1, 2, rows=10)  # in flight at the kill: not committed
     finally:
         kill_group(proc)
+    committed = len(kafka_changes(kafka, topic))  # what a read_committed consumer sees
+    assert committed < sum(expected_changes(src).values()), "all of it was committed before the kill"
     fourth = changefeed([*feed, "--polls", "12"], env, tmp_path / "run4.log")
     assert "resuming from checkpoint" in fourth
     events = kafka_changes(kafka, topic)

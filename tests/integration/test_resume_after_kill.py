@@ -15,6 +15,7 @@ from kafka import KafkaProducer
 
 from devtools.kafka_broker import create_topic
 from devtools.processes import kill_group
+from tests.support.ingest_job import wait_for_checkpoints
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,15 +78,16 @@ def test_kill_and_restart_resumes_exactly(kafka: str, lakehouse: Path, tmp_path:
     try:
         wait_rows(uri, 1, first, log)
         sent |= produce(kafka, topic, 2000, 500)  # more input while it runs
-        time.sleep(1.5)
     finally:
         kill_group(first)  # no clean shutdown: staged files and uncommitted checkpoints are left behind
+    assert rows(uri) < len(sent), "everything produced was committed before the kill: not mid-stream"
 
     sent |= produce(kafka, topic, 2500, 500)
     second = start_job(args, env, log)
     try:
         wait_rows(uri, len(sent), second, log)
-        time.sleep(3)  # a few more checkpoints: nothing must be added twice
+        # Two more completed checkpoints (each commits whatever it holds): nothing may be added twice.
+        wait_for_checkpoints(tmp_path / "ckpt", 2, second, log)
     finally:
         kill_group(second)
     assert "resuming from checkpoint" in log.read_text()

@@ -94,3 +94,29 @@ def wait_for(
         time.sleep(0.5)
     got = {t: table_rows(lakehouse, t) for t in counts}
     raise AssertionError(f"tables {got}, expected {counts}\n{log.read_text()[-4000:]}")
+
+
+def completed_checkpoint(checkpoint_dir: Path) -> int:
+    """The highest id of a checkpoint whose ``_metadata`` Flink wrote under ``checkpoint_dir`` (at any
+    depth: lineage / job id / ``chk-N`` today), 0 when there is none. Ids go on across restores."""
+    ids = [int(p.parent.name.removeprefix("chk-")) for p in checkpoint_dir.rglob("chk-*/_metadata")]
+    return max(ids, default=0)
+
+
+def wait_for_checkpoints(
+    checkpoint_dir: Path, more: int, proc: subprocess.Popen[bytes], log: Path, timeout: float = 60
+) -> int:
+    """Until ``more`` checkpoints completed after the newest one now (the evidence that the job went on
+    committing, e.g. that nothing was added twice), while the job runs; the id reached."""
+    target = completed_checkpoint(checkpoint_dir) + more
+    deadline = time.monotonic() + timeout
+    while (reached := completed_checkpoint(checkpoint_dir)) < target:
+        assert proc.poll() is None, f"job exited early:\n{log.read_text()[-4000:]}"
+        if time.monotonic() > deadline:
+            there = sorted(str(p.relative_to(checkpoint_dir)) for p in checkpoint_dir.rglob("*"))
+            raise AssertionError(
+                f"checkpoint {target} did not complete within {timeout:.0f}s (newest: {reached}; under "
+                f"{checkpoint_dir}: {there[:30]})\n{log.read_text()[-4000:]}"
+            )
+        time.sleep(0.2)
+    return reached
