@@ -48,6 +48,7 @@ class HttpServer:
         self.address: tuple[str, int] = (str(sock.getsockname()[0]), int(sock.getsockname()[1]))
         logging_config = copy.deepcopy(LOGGING_CONFIG)
         logging_config["loggers"]["uvicorn.error"]["level"] = "WARNING"  # our own start line instead
+        logging_config["handlers"]["access"]["stream"] = "ext://sys.stderr"  # stdout: the start line only
         self._server = uvicorn.Server(
             uvicorn.Config(
                 build_app(cfg, self.service),

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -196,9 +195,9 @@ def test_today_defaults_to_the_current_utc_day(tmp_path: Path) -> None:
         server.close()
 
 
-def _serve(*args: str) -> subprocess.Popen[str]:
+def _serve(*args: str, quiet: bool = True) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "cli", "serve", "--port", "0", "--quiet", *args],
+        [sys.executable, "-m", "cli", "serve", "--port", "0", *(["--quiet"] if quiet else []), *args],
         cwd=ROOT,
         env=dict(os.environ),
         stdout=subprocess.PIPE,
@@ -223,7 +222,6 @@ def test_serve_with_allow_remote_warns_and_serves_until_sigterm(tmp_path: Path) 
         port = int(line.rsplit(":", 1)[1].split("/")[0])
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30) as resp:
             assert b"Gold metrics" in resp.read()
-        time.sleep(0.2)
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=30)
     finally:
@@ -231,6 +229,23 @@ def test_serve_with_allow_remote_warns_and_serves_until_sigterm(tmp_path: Path) 
             proc.kill()
     assert proc.returncode == 0 and "stopped" in out
     assert "warning: listening on 0.0.0.0, not loopback" in err
+
+
+def test_a_line_per_request_on_stderr_and_only_the_start_line_on_stdout(tmp_path: Path) -> None:
+    proc = _serve("--lakehouse", str(tmp_path), quiet=False)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        port = int(line.rsplit(":", 1)[1].split("/")[0])
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/?day=2024-06-01", timeout=30) as resp:
+            assert resp.status == 200
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0 and out == "stopped\n"  # after the start line read above
+    assert '"GET /?day=2024-06-01 HTTP/1.1" 200' in err
 
 
 def test_an_empty_gold_table_as_the_gold_jobs_create_it_serves_no_windows(tmp_path: Path) -> None:
