@@ -19,6 +19,9 @@ SOURCES = ("orders_db", "payments", "logistics", "behaviour")
 
 
 def table_rows(lakehouse: Path, table: str) -> int:
+    """Rows committed to ``table`` so far; 0 before its first commit (its folder may not exist yet)."""
+    if not (lakehouse / table / "_delta_log").is_dir():
+        return 0
     try:
         return int(DeltaTable(str(lakehouse / table)).to_pyarrow_dataset().count_rows())
     except TableNotFoundError:
