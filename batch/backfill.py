@@ -10,12 +10,11 @@ race. The contract (also towards the speed layer's MERGE): DESIGN.md section 11.
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
@@ -40,12 +39,13 @@ from lakestream.gold import (
     window_of,
     windows_of_range,
 )
-from lakestream.progress import PROGRESS_KEY
+from lakestream.horizon import Horizon
 from lakestream.time import format_duration, iso_utc, utc_from_ms
 from maintenance.facts import TableRef
 from maintenance.maintenance_errors import MaintenanceError, TableMissingError
 from maintenance.operations import with_retries
 from storage.delta_log import commit_ms, is_local_uri, local_path, normalize_schema
+from storage.recorded_horizon import recorded_horizon
 from storage.retry_policy import RetryPolicy
 from storage.table_files import table_files
 from storage.time_travel import OutOfReachError, open_table_at
@@ -115,34 +115,18 @@ class OpenWindowsError(RangeError):
     """The range reaches windows the speed layer may still update (refused unless forced)."""
 
 
-#: Bronze commits searched (newest first) for the newest VALID event time each Kafka partition recorded.
-WATERMARK_HISTORY = 500
-_WATERMARK_PREFIX = "watermark/"
-
-
-def stream_watermark(bronze: DeltaTable, max_out_of_orderness: timedelta) -> datetime | None:
-    """A lower bound of the speed layer's watermark, from what ingest recorded in bronze's commits.
+def stream_horizon(bronze: DeltaTable, cfg: Config) -> Horizon | None:
+    """The speed layer's horizon as bronze's snapshot records it (``lakestream.horizon``).
 
     Ingest records per Kafka partition the newest VALID event time (``watermark/<topic>/<partition>``,
-    epoch ms) in the commit metadata of bronze (DESIGN.md section 9). The event-time gate's watermark is
-    the minimum over its active partitions of that time minus ``max_out_of_orderness``; taking every
-    recorded partition can only give a lower value. None when no ingest job wrote bronze.
+    DESIGN.md section 9). The stream's watermark for a window is at least the lowest of them over the
+    partitions that are not quiet, minus ``max_out_of_orderness`` and 1 ms; a quiet partition is raised
+    to it when a run starts. None when no ingest job wrote bronze.
     """
-    newest: dict[str, int] = {}
-    for commit in bronze.history(limit=WATERMARK_HISTORY):
-        progress = commit.get(PROGRESS_KEY)
-        if isinstance(progress, str):  # other writers may keep custom metadata as JSON text
-            progress = json.loads(progress)
-        if not isinstance(progress, dict):
-            continue
-        for key, value in progress.items():
-            if key.startswith(_WATERMARK_PREFIX):
-                newest[key] = max(int(value), newest.get(key, int(value)))
-    if not newest:
-        return None
-    # Flink's BoundedOutOfOrdernessWatermarks, as the gate computes them: newest - bound - 1 ms.
-    lowest = utc_from_ms(min(newest.values()))
-    return lowest - max_out_of_orderness - timedelta(milliseconds=1)
+    et = cfg.event_time
+    return recorded_horizon(
+        bronze.table_uri, et.max_out_of_orderness, et.quiet_after, version=bronze.version()
+    )
 
 
 def first_open_window(watermark: datetime, settings: GoldSettings) -> datetime:
@@ -154,10 +138,38 @@ def first_open_window(watermark: datetime, settings: GoldSettings) -> datetime:
     return window_of(watermark - settings.allowed_lateness, settings)[0]
 
 
-def open_from(bronze: DeltaTable, cfg: Config, settings: GoldSettings) -> tuple[datetime, datetime] | None:
-    """(first window the stream may still update, the watermark it follows from); None: no stream."""
-    watermark = stream_watermark(bronze, cfg.event_time.max_out_of_orderness)
-    return None if watermark is None else (first_open_window(watermark, settings), watermark)
+@dataclass(frozen=True, slots=True)
+class OpenFrom:
+    """Where the stream may still update gold: its first open window and the horizon behind it."""
+
+    first_open: datetime
+    horizon: Horizon
+
+    @property
+    def watermark(self) -> datetime:
+        """The horizon as a time."""
+        return utc_from_ms(self.horizon.watermark_ms)
+
+    def describe(self) -> str:
+        """ "its watermark as bronze recorded it is T" and the quiet partitions left out of it."""
+        text = f"its watermark as bronze recorded it is {iso_utc(self.watermark)}"
+        quiet = self.horizon.quiet
+        if quiet:
+            shown = ", ".join(f"{k} (newest {iso_utc(utc_from_ms(v))})" for k, v in list(quiet.items())[:4])
+            more = f" and {len(quiet) - 4} more" if len(quiet) > 4 else ""
+            text += (
+                f", not held back by the quiet partition{'s' if len(quiet) > 1 else ''} {shown}{more}, "
+                "whose events older than it are late"
+            )
+        return text
+
+
+def open_from(bronze: DeltaTable, cfg: Config, settings: GoldSettings) -> OpenFrom | None:
+    """Where the stream may still update windows; None when no ingest job wrote bronze."""
+    horizon = stream_horizon(bronze, cfg)
+    if horizon is None:
+        return None
+    return OpenFrom(first_open_window(utc_from_ms(horizon.watermark_ms), settings), horizon)
 
 
 def check_closed(
@@ -171,12 +183,12 @@ def check_closed(
     found = open_from(bronze, cfg, settings)
     if found is None:
         return
-    first_open, watermark = found
+    first_open = found.first_open
     lateness = format_duration(settings.allowed_lateness)
     if end > first_open:
         raise OpenWindowsError(
             f"{flag} {iso_utc(end)}: the windows from {iso_utc(first_open)} on are still open to the "
-            f"speed layer (its watermark as bronze recorded it is {iso_utc(watermark)}, and a window "
+            f"speed layer ({found.describe()}, and a window "
             f"takes events until gold.allowed_lateness = {lateness} after its end); a "
             "batch row is never updated by the stream, so it would miss their events still to come. "
             f"Pass {flag} {iso_utc(first_open)} or earlier, or --force to replace them anyway"

@@ -126,19 +126,19 @@ def closed_end(
 ) -> datetime:
     """``end``, or the start of the first window the speed layer may still update when that is earlier."""
     found = open_from(open_bronze(bronze_uri, None), cfg, GoldSettings.from_config(cfg))
-    if found is None or found[0] >= end:
+    if found is None or found.first_open >= end:
         return end
-    first_open, watermark = found
+    first_open = found.first_open
     if first_open <= start:
         raise RangeError(
-            f"--from {iso_utc(start)}: every window of the range is still open to the speed layer (its "
-            f"watermark as bronze recorded it is {iso_utc(watermark)}; the first open window starts "
+            f"--from {iso_utc(start)}: every window of the range is still open to the speed layer "
+            f"({found.describe()}; the first open window starts "
             f"{iso_utc(first_open)}): nothing to compare yet; pass --include-open to compare them anyway"
         )
     clipped = first_open
     report(
-        f"reconcile: the windows from {iso_utc(first_open)} on are still open to the speed layer (its "
-        f"watermark as bronze recorded it is {iso_utc(watermark)}): compared up to "
+        f"reconcile: the windows from {iso_utc(first_open)} on are still open to the speed layer "
+        f"({found.describe()}): compared up to "
         f"{iso_utc(clipped)} only (--include-open compares them too)"
     )
     return clipped

@@ -241,6 +241,8 @@ def run_kafka_job(cfg: Config, job: KafkaJob, *, bounded: bool, fresh: bool, com
     start: dict[str, Any] = {}
     if plan.action == "new":
         recorded, seeds = ({}, {}) if fresh else recorded_kafka_progress(job, ends)
+        if seeds:
+            seeds = raise_quiet_seeds(cfg, job, seeds)
         start_offsets, notes = resolve_start_offsets(
             bootstrap, job.group_id, sorted(ends), recorded, job.starting_offsets
         )
@@ -361,6 +363,37 @@ def recorded_kafka_progress(
             split_name(t, p): maxima[watermark_key(t, p)] for t, p in parts if watermark_key(t, p) in maxima
         }
     return recorded, seeds
+
+
+def raise_quiet_seeds(cfg: Config, job: KafkaJob, seeds: Mapping[str, int]) -> dict[str, int]:
+    """``seeds`` (split id -> recorded newest VALID event time) with the quiet partitions raised to the
+    horizon of the progress table (``lakestream.horizon``), saying so when it raises any: the same
+    horizon ``backfill`` and ``reconcile`` close windows behind, so their old events are late here."""
+    from lakestream.horizon import horizon_of
+    from lakestream.progress import recorded_watermarks
+    from lakestream.time import iso_utc_ms
+    from sources.flink.kafka_input import parse_split
+    from storage.delta_log import DeltaLog
+
+    et = cfg.event_time
+    log = DeltaLog(job.progress_table[0], cache_size=0)
+    horizon = horizon_of(recorded_watermarks(log.app_versions()), et.max_out_of_orderness, et.quiet_after)
+    if horizon is None:
+        return dict(seeds)
+    by_partition = {"/".join(map(str, parse_split(split))): split for split in seeds}
+    raised = horizon.seeds({p: seeds[split] for p, split in by_partition.items()})
+    out = {by_partition[p]: ms for p, ms in raised.items()}
+    lifted = sorted(split for split in out if out[split] != seeds[split])
+    if lifted:
+        shown = ", ".join(f"{s} (newest {iso_utc_ms(seeds[s])})" for s in lifted[:4])
+        more = f" and {len(lifted) - 4} more" if len(lifted) > 4 else ""
+        print(
+            f"quiet partitions {shown}{more} trail the newest by more than event_time.quiet_after: they "
+            f"start at the horizon {iso_utc_ms(horizon.watermark_ms)}, so their events older than it are "
+            "late (windows behind it belong to backfill and reconcile)",
+            flush=True,
+        )
+    return out
 
 
 def describe_kafka_start(

@@ -23,7 +23,7 @@ import tomllib
 
 from lakestream.errors import LakestreamError
 from lakestream.quality import DEFAULT_RULES
-from lakestream.time import parse_duration, parse_size
+from lakestream.time import format_duration, parse_duration, parse_size
 
 ENV_PREFIX = "LAKESTREAM__"
 #: The flag naming the TOML file :func:`load_config` reads: (option strings, ``add_argument`` options),
@@ -285,10 +285,21 @@ class EventTimeConfig:
 
     max_out_of_orderness: timedelta = timedelta(minutes=5)
     idleness_timeout: timedelta = timedelta(minutes=1)
+    #: A partition whose newest recorded event time trails the newest of all by more than this is
+    #: quiet: it no longer holds the windows of backfill, reconcile and the next run open
+    #: (``lakestream.horizon``).
+    quiet_after: timedelta = timedelta(hours=1)
     allowed_lateness: timedelta = timedelta(0)
     #: Event ids are remembered this long (processing time) to drop re-deliveries; bounds the memory.
     dedup_ttl: timedelta = timedelta(minutes=30)
     source_zone: str = "Asia/Shanghai"
+
+    def __post_init__(self) -> None:
+        if self.quiet_after <= timedelta(0):
+            raise ConfigError(
+                f"event_time.quiet_after: must be positive, got {format_duration(self.quiet_after)}; "
+                'a partition must trail by some event time before it counts as quiet (default "1h")'
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,6 +51,18 @@ def watermark_key(topic: str, partition: int) -> str:
     return f"watermark/{topic}/{partition}"
 
 
+def recorded_watermarks(app_versions: Mapping[str, int]) -> dict[str, int]:
+    """Per ``<topic>/<partition>``, the newest event time any writer recorded among ``app_versions``
+    (every txn app id of a table and its version): the progress ``watermark/...`` values."""
+    marker = f":{PROGRESS_SEGMENT}:watermark/"
+    out: dict[str, int] = {}
+    for app_id, version in app_versions.items():
+        _, found, partition = app_id.partition(marker)
+        if found and partition:
+            out[partition] = max(version, out.get(partition, version))
+    return dict(sorted(out.items()))
+
+
 def progress_app_id(app_prefix: str, key: str) -> str:
     """The Delta txn app id that records progress value ``key`` of a writer with ``app_prefix``."""
     return f"{app_prefix}:{PROGRESS_SEGMENT}:{key}"

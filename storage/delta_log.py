@@ -20,6 +20,7 @@ from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
 from lakestream.progress import PROGRESS_SEGMENT
 from lakestream.time import parse_iso
@@ -289,6 +290,52 @@ class DeltaLog:
             if name.endswith(".json") and len(stem) == 20 and stem.isdigit():
                 versions.append(int(stem))
         return sorted(versions)
+
+    def app_versions(self, version: int | None = None) -> dict[str, int]:
+        """Every ``txn`` app id of the snapshot at ``version`` (latest when None) with its version.
+
+        deltalake answers only app ids asked for by name; finding every app id of a kind (the progress
+        ingest recorded per Kafka partition) takes the newest complete log checkpoint's ``txn`` column
+        and the commits after it. Classic checkpoints, single or multi-part (what delta-rs writes).
+        """
+        infos = self.fs.get_file_info(pafs.FileSelector(LOG_DIR, allow_not_found=True))
+        commits: set[int] = set()
+        parts: dict[tuple[int, int], list[str]] = {}
+        for info in infos:
+            name = info.base_name
+            stem, _, rest = name.partition(".")
+            if len(stem) != 20 or not stem.isdigit():
+                continue
+            if rest == "json":
+                commits.add(int(stem))
+            elif rest == "checkpoint.parquet":
+                parts.setdefault((int(stem), 1), []).append(info.path)
+            elif rest.startswith("checkpoint.") and rest.endswith(".parquet"):
+                numbers = rest[len("checkpoint.") : -len(".parquet")].split(".")
+                if len(numbers) == 2 and all(n.isdigit() for n in numbers):
+                    parts.setdefault((int(stem), int(numbers[1])), []).append(info.path)
+        complete = [v for (v, n), paths in parts.items() if len(paths) == n]
+        target = version if version is not None else max([*commits, *complete], default=-1)
+        bases = [v for v in complete if v <= target]
+        out: dict[str, int] = {}
+        start = 0
+        if bases:
+            start = max(bases)
+            n = next(n for (v, n) in parts if v == start and len(parts[(v, n)]) == n)
+            for path in sorted(parts[(start, n)]):
+                txn = pq.read_table(path, columns=["txn"], filesystem=self.fs).column("txn")
+                for entry in txn.drop_null().to_pylist():
+                    out[str(entry["appId"])] = int(entry["version"])
+            start += 1
+        for v in range(start, target + 1):
+            commit = self.read_commit(v)
+            if commit is None:
+                raise DeltaLogError(
+                    f"{self.table_uri}: commit {v} is missing from _delta_log and no log checkpoint "
+                    "covers it; the table's log is incomplete"
+                )
+            out.update(commit.txn)
+        return out
 
     def has_commit(self, version: int) -> bool:
         """True when the commit file of ``version`` is in ``_delta_log``."""

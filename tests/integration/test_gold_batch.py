@@ -430,15 +430,21 @@ def test_backfill_replans_after_a_conflicting_commit_and_fails_cleanly_when_it_k
 
 
 def _record_stream_progress(cfg: Config, newest: dict[str, datetime]) -> None:
-    """A bronze commit as ingest makes it: no rows here, the newest VALID event time per partition."""
+    """A bronze commit as ingest makes it: no rows here, the newest VALID event time per partition as
+    progress txn actions (and listed in the commit's metadata)."""
+    from deltalake import Transaction
+
     uri = cfg.lakehouse.table_uri("bronze/order_events")
     progress = {f"watermark/{split}": int(t.timestamp() * 1000) for split, t in newest.items()}
+    txns = [Transaction(f"ingest/bronze/order_events:progress:{k}", v) for k, v in progress.items()]
     write_deltalake(
         uri,
         bronze_batch([], ingest_time=T2),
         mode="append",
         partition_by=list(cfg.tables.bronze_partition_by),
-        commit_properties=CommitProperties(custom_metadata={"lakestream.progress": progress}),
+        commit_properties=CommitProperties(
+            custom_metadata={"lakestream.progress": json.dumps(progress)}, app_transactions=txns
+        ),
     )
 
 
@@ -448,14 +454,21 @@ def test_windows_the_stream_still_updates_are_not_frozen_by_a_batch_row(
     cfg, expected, _ = lake
     # The slowest partition saw 04:40:00.001: watermark 04:35 (newest - 5 min out of order - 1 ms), and
     # a window takes events until 10 min (allowed lateness) after its end: 04:20-04:25 has just closed,
-    # 04:25-04:30 is the first window still open.
-    slowest, fastest = T1 + timedelta(minutes=40, milliseconds=1), T2 + timedelta(hours=1)
-    _record_stream_progress(cfg, {"orders.db.changes/0": slowest, "payments.callbacks/0": fastest})
+    # 04:25-04:30 is the first window still open. A partition more than event_time.quiet_after (1 h)
+    # behind the newest is quiet and holds nothing back.
+    slowest, fastest = T1 + timedelta(minutes=40, milliseconds=1), T2 + timedelta(minutes=35)
+    quiet = T1 - timedelta(hours=3)
+    _record_stream_progress(
+        cfg, {"orders.db.changes/0": slowest, "payments.callbacks/0": fastest, "behaviour.logs/1": quiet}
+    )
     run = lakestream(cfg, "backfill", "--from", "2024-06-01T04:00:00Z", "--to", "2024-06-01T05:00:00Z")
     assert run.returncode == 2, run.stdout + run.stderr
     assert run.stderr.strip().startswith(
         "lakestream backfill: --to 2024-06-01T05:00:00Z: "
         "the windows from 2024-06-01T04:25:00Z on are still open"
+    ), run.stderr
+    assert (
+        "not held back by the quiet partition behaviour.logs/1 (newest 2024-06-01T01:00:00Z)" in run.stderr
     ), run.stderr
     assert "Pass --to 2024-06-01T04:25:00Z or earlier, or --force" in run.stderr
     assert not (Path(cfg.lakehouse.table_uri(cfg.gold.table)) / "_delta_log").exists()  # nothing written

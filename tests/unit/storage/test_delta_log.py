@@ -227,3 +227,28 @@ def test_app_versions_start_over_when_a_commit_is_gone(tmp_path: Path) -> None:
     dt.create_checkpoint()
     (tmp_path / "t" / commit_file(1)).unlink()  # as log cleanup past retention does
     assert versions.of(DeltaTable(uri), "a") == 2
+
+
+def test_app_versions_lists_every_txn_across_a_log_checkpoint_and_cleaned_up_commits(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    for i in range(6):
+        txn = Transaction(app_id=f"app{i % 3}", version=10 + i)
+        write_deltalake(
+            uri,
+            pa.table({"a": [i]}),
+            mode="append",
+            commit_properties=CommitProperties(app_transactions=[txn]),
+        )
+    DeltaTable(uri).create_checkpoint()
+    txn = Transaction(app_id="app0", version=99)
+    write_deltalake(
+        uri, pa.table({"a": [9]}), mode="append", commit_properties=CommitProperties(app_transactions=[txn])
+    )
+    for v in range(5):  # commits a log cleanup removes once a checkpoint covers them
+        (tmp_path / "t" / "_delta_log" / f"{v:020d}.json").unlink()
+    log = DeltaLog(uri)
+    assert log.app_versions() == {"app0": 99, "app1": 14, "app2": 15}
+    assert log.app_versions(5) == {"app0": 13, "app1": 14, "app2": 15}
+    with pytest.raises(DeltaLogError, match="commit 0 is missing"):
+        log.app_versions(3)
+    assert DeltaLog(str(tmp_path / "none")).app_versions() == {}
