@@ -48,7 +48,7 @@ def _say(line: str) -> None:
 
 def cmd_backfill(args: argparse.Namespace) -> int:
     """Recompute ``[--from, --to)`` from bronze at one version and replace it in gold in one commit."""
-    cfg = load(args)
+    cfg = load(args, writes=True)
     start, end = parse_time(args.start, name="--from"), parse_time(args.end, name="--to")
     backfill(cfg, cfg.lakehouse.table_uri(BRONZE_TABLE), start, end, report=_say, force=args.force)
     return 0
@@ -118,7 +118,7 @@ def describe(result: ReconcileResult, max_fixes: int) -> list[str]:
 
 def cmd_reconcile(args: argparse.Namespace) -> int:
     """Compare gold with a recompute from bronze; exit 1 when a metric differs by more than the threshold."""
-    cfg = load(args)
+    cfg = load(args, writes=True)
     start, end = parse_time(args.start, name="--from"), parse_time(args.end, name="--to")
     threshold = parse_threshold(args.threshold)
     result = reconcile(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Literal
 
-from cli.common import SubParsers, add_command, load
+from cli.common import SubParsers, add_command, load, under_root
 from flink_jobs import changefeed
 from flink_jobs.changefeed import ChangefeedTarget
 from flink_jobs.changefeed_run import ChangefeedRun, run_changefeed
@@ -78,7 +78,9 @@ def register(subparsers: SubParsers) -> argparse.ArgumentParser:
 def cmd_changefeed(args: argparse.Namespace) -> int:
     """Run the change-feed job until it is cancelled (or for ``--polls`` polls), from where the previous
     run ended (DESIGN.md section 9)."""
-    cfg = load(args)
+    # Written: the source table (its reader records) and a delta: target.
+    written = [args.table, *([args.to.value] if args.to.kind == "delta" else [])]
+    cfg = load(args, writes=under_root(*written))
     run = ChangefeedRun(
         table=args.table,
         target=args.to,

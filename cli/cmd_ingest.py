@@ -27,7 +27,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     Every run continues where the previous one ended (DESIGN.md section 9): bronze's commits record
     each partition's next offset and newest VALID event time.
     """
-    cfg = load(args)
+    cfg = load(args, writes=True)
     check_silver_layout(cfg)
     specs = table_specs(cfg)
     bronze = specs[BRONZE_TABLE]

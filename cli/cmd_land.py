@@ -33,7 +33,7 @@ def register(subparsers: SubParsers) -> argparse.ArgumentParser:
 
 def cmd_land(args: argparse.Namespace) -> int:
     """Land raw Kafka records into an append-only Delta table, from where the previous run ended."""
-    cfg = load(args)
+    cfg = load(args, writes=True)
     spec = landing_spec(cfg, args.table)
     job = KafkaJob(
         name=f"land/{args.table}",

@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable
 from types import FrameType
 
-from cli.common import SubParsers, add_command, add_group, load
+from cli.common import SubParsers, add_command, add_group, load, under_root
 from lakestream.config import Config
 from lakestream.time import format_duration, plain_utc
 from maintenance import operations
@@ -34,14 +34,16 @@ from maintenance.maintenance_errors import MaintenanceError
 from storage.retry_policy import RetryPolicy
 
 
-def _ref(args: argparse.Namespace) -> tuple[Config, TableRef]:
-    cfg = load(args)
+def _ref(args: argparse.Namespace, *, writes: bool = False) -> tuple[Config, TableRef]:
+    """The configuration and the table; ``writes``: the operation writes the table, so a root it lies
+    under is checked to be writable first."""
+    cfg = load(args, writes=writes and under_root(args.table))
     return cfg, resolve_table(cfg, args.table)
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
     """Compact (or Z-order) the table, retrying across conflicts with the streaming commits."""
-    cfg, ref = _ref(args)
+    cfg, ref = _ref(args, writes=True)
     zorder = [c.strip() for c in (args.zorder or "").split(",") if c.strip()]
     if args.zorder is not None and not zorder:
         raise MaintenanceError("--zorder: give comma-separated column names, e.g. --zorder order_id")
@@ -62,7 +64,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
 def cmd_vacuum(args: argparse.Namespace) -> int:
     """List what a VACUUM would delete, or delete it with ``--delete``, after the retention checks."""
-    cfg, ref = _ref(args)
+    cfg, ref = _ref(args, writes=args.delete)
     result = operations.vacuum(
         ref, cfg, retain_hours=args.retain_hours, dry_run=not args.delete, full=args.full, force=args.force
     )
@@ -92,14 +94,14 @@ def cmd_vacuum(args: argparse.Namespace) -> int:
 
 def cmd_checkpoint(args: argparse.Namespace) -> int:
     """Write a checkpoint of the log at the current version."""
-    _, ref = _ref(args)
+    _, ref = _ref(args, writes=True)
     print(f"checkpoint {ref.name}: written at version {operations.checkpoint(ref)}")
     return 0
 
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
     """Delete log files older than ``delta.logRetentionDuration``, unless a reader still needs them."""
-    cfg, ref = _ref(args)
+    cfg, ref = _ref(args, writes=True)
     result = operations.cleanup(ref, cfg, force=args.force)
     print(
         f"cleanup {ref.name}: {result.removed} expired log file(s) deleted "
@@ -118,7 +120,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 def cmd_restore(args: argparse.Namespace) -> int:
     """Restore an earlier version as a new commit (``--force`` for a table a streaming sink writes)."""
-    cfg, ref = _ref(args)
+    cfg, ref = _ref(args, writes=True)
     result = operations.restore(ref, cfg, version=args.version, timestamp=args.timestamp, force=args.force)
     for warning in result.warnings:
         print(f"warning: {warning}")
@@ -128,7 +130,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 def cmd_properties(args: argparse.Namespace) -> int:
     """Show the table's properties, or set some (one metadata commit)."""
-    cfg, ref = _ref(args)
+    cfg, ref = _ref(args, writes=bool(args.set))
     if args.set:
         changes = operations.parse_assignments(args.set)
         warnings = operations.set_properties(
@@ -147,7 +149,7 @@ def cmd_properties(args: argparse.Namespace) -> int:
 
 def cmd_readers(args: argparse.Namespace) -> int:
     """List the recorded Delta-source readers, or forget one that is gone for good."""
-    cfg, ref = _ref(args)
+    cfg, ref = _ref(args, writes=bool(args.forget))
     if args.forget:
         operations.forget_reader(ref, args.forget)
         print(f"readers {ref.name}: forgot {args.forget!r}")
@@ -169,7 +171,7 @@ def cmd_fold(args: argparse.Namespace) -> int:
     from merge_on_read.fold_changes import fold_once
     from merge_on_read.table import silver_mor_table
 
-    cfg = load(args)
+    cfg = load(args, writes=True)
     if cfg.tables.silver_layout != "merge_on_read":
         raise MaintenanceError(
             "fold: silver is copy-on-write (tables.silver_layout); there are no changes to fold. Set "
@@ -200,7 +202,7 @@ def cmd_auto(args: argparse.Namespace) -> int:
     """
     from maintenance import auto
 
-    cfg = load(args)
+    cfg = load(args, writes=True)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:

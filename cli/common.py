@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lakestream.config import CONFIG_FLAG, Config, load_config
+from storage.delta_log import is_local_uri, local_path
+from storage.local_files import check_writable_folder
 from storage.object_store import export_settings
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -84,12 +87,26 @@ def add_group(
     return parent, parent.add_subparsers(dest=dest, required=True)
 
 
-def load(args: argparse.Namespace) -> Config:
-    """The validated configuration, with ``--lakehouse`` / ``--bootstrap-servers`` applied over it."""
+def load(args: argparse.Namespace, *, writes: bool = False) -> Config:
+    """The validated configuration, with ``--lakehouse`` / ``--bootstrap-servers`` applied over it.
+
+    ``writes``: the command writes under ``lakehouse.root``, so a local root must be a folder it can
+    create and write; that is checked here, before anything starts (the checkpoint folder is checked
+    where a job opens it, ``flink_jobs.lifecycle.job_folder``). An object store is reached by its
+    writers' own first request.
+    """
     cfg = load_config(getattr(args, "config", None))
     if getattr(args, "lakehouse", None):
         cfg = cfg.replace("lakehouse", root=args.lakehouse)
     if getattr(args, "bootstrap_servers", None):
         cfg = cfg.replace("kafka", bootstrap_servers=args.bootstrap_servers)
+    if writes and is_local_uri(cfg.lakehouse.root):
+        check_writable_folder(Path(local_path(cfg.lakehouse.root)), setting="lakehouse.root")
     export_settings(cfg.storage)
     return cfg
+
+
+def under_root(*tables: str) -> bool:
+    """Whether any of ``tables`` (TABLE arguments) names a table under ``lakehouse.root`` rather than a
+    path or URI of its own, as ``maintenance.facts.resolve_table`` reads them."""
+    return any("://" not in name and not Path(name).is_absolute() for name in tables)

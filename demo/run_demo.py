@@ -40,6 +40,7 @@ from lakestream.config import Config, ConfigError
 from lakestream.table_names import TABLES
 from runtime.flink_env import on_object_store
 from storage.delta_log import location
+from storage.local_files import check_writable_folder
 from storage.object_store import export_settings, is_object_store
 
 if TYPE_CHECKING:
@@ -268,8 +269,14 @@ def _prepare(cfg: Config) -> tuple[Config, Path]:
 
     The demo owns ``<root>/demo`` and ``<checkpoint_dir>/demo`` (folders, or prefixes on an object
     store) and starts them empty, so running it twice gives the same tables. The report goes beside the
-    tables of a local lakehouse, else to ``STATE_DIR/demo`` (a browser opens a local file).
+    tables of a local lakehouse, else to ``STATE_DIR/demo`` (a browser opens a local file). Local
+    folders are checked to be writable first (``storage.local_files.check_writable_folder``), so an
+    unwritable one stops the demo before it empties anything or starts a broker.
     """
+    if not is_object_store(cfg.lakehouse.root):
+        check_writable_folder(Path(cfg.lakehouse.root) / "demo", setting="lakehouse.root")
+    if not on_object_store(cfg.flink.checkpoint_dir) and not cfg.flink.jobmanager:
+        check_writable_folder(Path(cfg.flink.checkpoint_dir) / "demo", setting="flink.checkpoint_dir")
     if is_object_store(cfg.lakehouse.root):
         demo_root = location(cfg.lakehouse.root, "demo")
         _empty_on_store(demo_root)

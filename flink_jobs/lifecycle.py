@@ -51,20 +51,23 @@ def broker(cfg: Config) -> str:
 def job_folder(cfg: Config, job: str) -> AnyJobFolder:
     """The checkpoint folder of ``job`` (its lineages, ``flink_jobs.resume``).
 
-    On an object store it is listed once here, so that a missing bucket, wrong credentials or an
-    unreachable endpoint stop the run with the fix before anything else is done.
+    It is probed once here (on an object store listed, a local folder created and written), so that a
+    missing bucket, wrong credentials, an unreachable endpoint or a folder that cannot be written stop
+    the run with the fix before anything else is done.
     """
     from flink_jobs.resume import JobFolder, StoreJobFolder, StorePath
     from runtime.flink_env import on_object_store
     from storage.object_store import delta_options
 
     name = job.replace("/", "-")
+    folder: AnyJobFolder
     if on_object_store(cfg.flink.checkpoint_dir):
         root = StorePath(cfg.flink.checkpoint_dir.rstrip("/"))
         folder = StoreJobFolder(root / name, delta_options(cfg.storage))
-        folder.probe()
-        return folder
-    return JobFolder(Path(cfg.flink.checkpoint_dir) / name)
+    else:
+        folder = JobFolder(Path(cfg.flink.checkpoint_dir) / name)
+    folder.probe()
+    return folder
 
 
 def detached(result: Any) -> bool:

@@ -30,7 +30,7 @@ from lakestream.progress import ResumeError
 from runtime.flink_env import latest_checkpoint, on_object_store
 from sinks.ownership import EOI_CHECKPOINT_ID
 from sinks.staging import app_id_for
-from storage.local_files import atomic_write_text
+from storage.local_files import atomic_write_text, check_writable_folder
 from storage.object_store import store_error
 from storage.table_files import FileInfo, table_files
 
@@ -155,6 +155,11 @@ class JobFolder:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+
+    def probe(self) -> None:
+        """Create and write the job folder once, leaving it as it was: a folder that cannot be written
+        (``flink.checkpoint_dir``) fails now, with the fix, as :meth:`StoreJobFolder.probe` does."""
+        check_writable_folder(self.root, setting="flink.checkpoint_dir")
 
     def lineages(self) -> list[Lineage]:
         """Every lineage, oldest first."""

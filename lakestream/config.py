@@ -34,6 +34,11 @@ CONFIG_FLAG: tuple[tuple[str, ...], dict[str, Any]] = (
 )
 
 
+def env_variable(key: str) -> str:
+    """The variable that overrides ``key``: ``lakehouse.root`` is ``LAKESTREAM__LAKEHOUSE__ROOT``."""
+    return ENV_PREFIX + "__".join(part.upper() for part in key.split("."))
+
+
 class ConfigError(LakestreamError, ValueError):
     """A configuration value is missing, unknown or malformed; the message names the key and the fix."""
 
