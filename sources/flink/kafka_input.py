@@ -8,7 +8,7 @@ instead of failing inside a deserializer, and bronze keeps full lineage.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from lakestream.config import ConfigError
 
@@ -121,25 +121,49 @@ def snapshot_end_offsets(
     A topic that does not exist fails here, with its name, rather than as an empty run; with
     ``missing_ok`` (an unbounded run, which reads a topic once it appears) it is left out.
     """
-    from kafka import KafkaConsumer, TopicPartition
+    from kafka import KafkaConsumer
+    from kafka.errors import KafkaError
 
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers, request_timeout_ms=int(timeout * 1000))
+    unreachable = f"kafka.bootstrap_servers {bootstrap_servers}: no broker answered within {timeout:g} s"
+    fix = (
+        "start it (`lakestream kafka start` for the local one) or set kafka.bootstrap_servers "
+        "(LAKESTREAM__KAFKA__BOOTSTRAP_SERVERS, --bootstrap-servers) to a reachable broker"
+    )
     try:
-        partitions: list[TopicPartition] = []
-        for topic in topics:
-            ids = consumer.partitions_for_topic(topic)
-            if not ids and missing_ok:
-                continue
-            if not ids:
-                raise ConfigError(
-                    f"kafka topic {topic!r} does not exist on {bootstrap_servers}; "
-                    "create it or fix [kafka.topics] / --topic"
-                )
-            partitions += [TopicPartition(topic, p) for p in sorted(ids)]
-        ends = consumer.end_offsets(partitions)
-        return {(tp.topic, tp.partition): int(off) for tp, off in ends.items()}
+        consumer = KafkaConsumer(
+            bootstrap_servers=bootstrap_servers,
+            request_timeout_ms=int(timeout * 1000),
+            bootstrap_timeout_ms=int(timeout * 1000),
+        )
+    except KafkaError as exc:
+        raise ConfigError(f"{unreachable} ({type(exc).__name__}); {fix}") from None
+    try:
+        return _end_offsets(consumer, bootstrap_servers, topics, missing_ok=missing_ok)
+    except KafkaError as exc:
+        raise ConfigError(f"{unreachable} ({type(exc).__name__}: {exc}); {fix}") from None
     finally:
         consumer.close()
+
+
+def _end_offsets(
+    consumer: Any, bootstrap_servers: str, topics: Sequence[str], *, missing_ok: bool
+) -> EndOffsets:
+    """The end offsets of ``topics`` as :func:`snapshot_end_offsets` describes them."""
+    from kafka import TopicPartition
+
+    partitions: list[TopicPartition] = []
+    for topic in topics:
+        ids = consumer.partitions_for_topic(topic)
+        if not ids and missing_ok:
+            continue
+        if not ids:
+            raise ConfigError(
+                f"kafka topic {topic!r} does not exist on {bootstrap_servers}; "
+                "create it or fix [kafka.topics] / --topic"
+            )
+        partitions += [TopicPartition(topic, p) for p in sorted(ids)]
+    ends = consumer.end_offsets(partitions)
+    return {(tp.topic, tp.partition): int(off) for tp, off in ends.items()}
 
 
 def commit_group_offsets(bootstrap_servers: str, group_id: str, offsets: EndOffsets) -> None:

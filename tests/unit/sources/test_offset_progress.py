@@ -40,3 +40,14 @@ def test_describe() -> None:
     assert SourceOffset(7, 2).describe() == "version 7 at file 2"
     assert SourceOffset(5, in_snapshot=True).describe() == "the initial snapshot of version 5"
     assert SourceOffset(5, 3, in_snapshot=True).describe() == "the initial snapshot of version 5 at file 3"
+
+
+def test_a_broker_that_does_not_answer_is_a_setup_error_naming_the_setting() -> None:
+    from lakestream.config import ConfigError
+    from sources.flink.kafka_input import snapshot_end_offsets
+
+    with pytest.raises(ConfigError) as caught:
+        snapshot_end_offsets("127.0.0.1:9", ["orders"], timeout=1)
+    message = str(caught.value)
+    assert "kafka.bootstrap_servers 127.0.0.1:9: no broker answered within 1 s" in message
+    assert "LAKESTREAM__KAFKA__BOOTSTRAP_SERVERS" in message and "lakestream kafka start" in message
