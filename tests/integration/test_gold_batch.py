@@ -1,8 +1,8 @@
 """The gold batch layer on real Delta tables: backfill, reconcile and --fix through the CLI, and races.
 
 Bronze is written as ingest writes it (adapters, quality tags, ``bronze_batch``, partitioned by
-source, several commits with re-deliveries); the expected metrics come from the plain-Python rule
-(``_python_inputs`` and ``reference_aggregate``), not from the code under test.
+source, several commits with re-deliveries); the expected metrics come from the gold oracle
+(``tests/support/gold_oracle.py``, apart from ``lakestream.gold``), not from the code under test.
 """
 
 from __future__ import annotations
@@ -25,21 +25,17 @@ from batch.backfill import backfill, read_gold
 from lakestream.adapters import get_adapter
 from lakestream.config import Config, load_config
 from lakestream.gold import (
-    GOLD_INPUT_SCHEMA,
     LAYER_BATCH,
     LAYER_REALTIME,
     METRIC_NAMES,
-    GoldSettings,
-    aggregate,
+    METRICS_SCHEMA,
     ensure_gold_table,
     gold_rows,
-    kind_of,
-    reference_aggregate,
-    windows_of_range,
 )
 from lakestream.standard import StandardEvent, bronze_batch
 from maintenance.maintenance_errors import ConflictError
 from storage.retry_policy import RetryPolicy
+from tests.support.gold_oracle import Delivery, expected_gold, kind
 
 ROOT = Path(__file__).resolve().parents[2]
 UTC = timezone.utc
@@ -117,23 +113,22 @@ def bronze_commits() -> list[tuple[datetime, list[StandardEvent]]]:
     ]
 
 
-def _python_inputs(events: list[StandardEvent]) -> list[dict[str, Any]]:
-    seen: set[str] = set()
-    out = []
-    for e in events:  # in delivery order
-        if e.quality != "VALID" or e.event_id in seen or not T1 <= e.event_time < T2:
-            continue
-        seen.add(e.event_id)
-        out.append(
-            {
-                "event_time": e.event_time,
-                "kind": kind_of(e.source, e.op),
-                "amount": e.amount,
-                "order_id": e.order_id,
-                "user_id": e.user_id,
-            }
+def _deliveries(events: list[StandardEvent]) -> list[Delivery]:
+    """The events of [T1, T2) in delivery order, as the gold oracle takes them (the batch layer reads
+    only the range's rows)."""
+    return [
+        Delivery(
+            e.event_id,
+            e.event_time,
+            kind(e.source, e.op),
+            e.amount,
+            e.order_id,
+            e.user_id,
+            valid=e.quality == "VALID",
         )
-    return out
+        for e in events
+        if T1 <= e.event_time < T2
+    ]
 
 
 @pytest.fixture()
@@ -146,7 +141,7 @@ def lake(tmp_path: Path) -> tuple[Config, list[dict[str, Any]], int]:
         batch = bronze_batch(events, ingest_time=ingest_time)
         write_deltalake(uri, batch, mode="append", partition_by=list(cfg.tables.bronze_partition_by))
         delivered += events
-    expected = reference_aggregate(_python_inputs(delivered), GoldSettings(), over=(T1, T2))
+    expected = expected_gold(_deliveries(delivered), over=(T1, T2))
     return cfg, expected, DeltaTable(uri).version()
 
 
@@ -238,9 +233,7 @@ def _realtime(cfg: Config, expected: list[dict[str, Any]], damaged: dict[datetim
         if r["window_start"] in damaged:
             short["events"] -= damaged[r["window_start"]]
         rows.append(short)
-    metrics = pa.Table.from_pylist(
-        rows, schema=aggregate(pa.Table.from_pylist([], schema=GOLD_INPUT_SCHEMA), GoldSettings()).schema
-    )
+    metrics = pa.Table.from_pylist(rows, schema=METRICS_SCHEMA)
     uri = cfg.lakehouse.table_uri(cfg.gold.table)
     ensure_gold_table(uri)
     table = gold_rows(metrics, layer=LAYER_REALTIME, data_time=T2, source_version=None, updated_at=T2)
@@ -327,7 +320,7 @@ def _upsert(uri: str, rows: pa.Table) -> None:
 def _speed_rows(expected: list[dict[str, Any]], n: int) -> pa.Table:
     metrics = pa.Table.from_pylist(
         [dict(r, events=r["events"] + n) for r in expected],
-        schema=aggregate(pa.Table.from_pylist([], schema=GOLD_INPUT_SCHEMA), GoldSettings()).schema,
+        schema=METRICS_SCHEMA,
     )
     return gold_rows(metrics, layer=LAYER_REALTIME, data_time=T2, source_version=None, updated_at=T2)
 
@@ -426,7 +419,7 @@ def test_backfill_replans_after_a_conflicting_commit_and_fails_cleanly_when_it_k
     gold = read_gold(cfg, T1, T2)
     assert metrics_of(gold) == expected and {r["layer"] for r in gold} == {LAYER_BATCH}
     _assert_one_row_per_window_in_every_version(uri)
-    assert windows_of_range(T1, T2, GoldSettings()) == [r["window_start"] for r in gold]
+    assert [r["window_start"] for r in expected] == [r["window_start"] for r in gold]
 
 
 def _record_stream_progress(cfg: Config, newest: dict[str, datetime]) -> None:

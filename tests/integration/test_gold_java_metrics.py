@@ -1,5 +1,5 @@
 """The speed layer's interpretation of ``lakestream.gold.METRICS`` (``GoldLatenessGate`` partials merged
-by ``GoldWindowAggregate``, in a real Flink job) equals the Python reference.
+by ``GoldWindowAggregate``, in a real Flink job) equals the gold oracle (``tests/support/gold_oracle.py``).
 
 One bounded job over events covering what the floor and the filters must get right: times before
 1970 and on window boundaries, a re-created order, null user and order ids, every kind, a window with
@@ -23,51 +23,53 @@ from lakestream.gold import (
     METRIC_NAMES,
     GoldSettings,
     from_us,
-    reference_aggregate,
     to_us,
 )
+from tests.support.gold_oracle import Delivery, Kind, expected_gold
 
 pytestmark = pytest.mark.integration
 UTC = timezone.utc
 NO_AMOUNT = -(2**63)
+#: The operators' input codes of the oracle's kinds.
+CODES: dict[Kind, int] = {"order_created": KIND_ORDER_CREATED, "payment": KIND_PAYMENT, "other": KIND_OTHER}
 
 
-def _rows() -> list[dict[str, Any]]:
+def _deliveries() -> list[Delivery]:
     t0 = datetime(2024, 6, 1, 4, 0, tzinfo=UTC)
     epoch = datetime(1970, 1, 1, tzinfo=UTC)
     ms = timedelta(milliseconds=1)
-    spec = [
-        (t0, KIND_ORDER_CREATED, Decimal("10.00"), "o1", "u1"),
-        (t0 + timedelta(minutes=4, seconds=59, milliseconds=999), KIND_ORDER_CREATED, None, "o1", "u1"),
-        (t0 + timedelta(minutes=1), KIND_PAYMENT, Decimal("9999999999999999.99"), "o1", None),
-        (t0 + timedelta(minutes=2), KIND_PAYMENT, Decimal("-0.01"), "o2", None),
-        (t0 + timedelta(minutes=3), KIND_ORDER_CREATED, None, "o2", "u2"),
-        (t0 + timedelta(minutes=5), KIND_OTHER, Decimal("1.00"), "o3", "u2"),
-        (t0 + timedelta(minutes=6), KIND_PAYMENT, Decimal("0.01"), None, "u2"),
-        (t0 + timedelta(minutes=7), KIND_ORDER_CREATED, None, None, "u2"),
-        (epoch - ms, KIND_ORDER_CREATED, None, "o4", "u3"),
-        (epoch - timedelta(minutes=5), KIND_OTHER, None, None, None),
-        (epoch - timedelta(minutes=5) - ms, KIND_PAYMENT, Decimal("2.50"), "o4", "u3"),
-        (epoch, KIND_OTHER, None, None, "u4"),
+    spec: list[tuple[datetime, Kind, Decimal | None, str | None, str | None]] = [
+        (t0, "order_created", Decimal("10.00"), "o1", "u1"),
+        (t0 + timedelta(minutes=4, seconds=59, milliseconds=999), "order_created", None, "o1", "u1"),
+        (t0 + timedelta(minutes=1), "payment", Decimal("9999999999999999.99"), "o1", None),
+        (t0 + timedelta(minutes=2), "payment", Decimal("-0.01"), "o2", None),
+        (t0 + timedelta(minutes=3), "order_created", None, "o2", "u2"),
+        (t0 + timedelta(minutes=5), "other", Decimal("1.00"), "o3", "u2"),
+        (t0 + timedelta(minutes=6), "payment", Decimal("0.01"), None, "u2"),
+        (t0 + timedelta(minutes=7), "order_created", None, None, "u2"),
+        (epoch - ms, "order_created", None, "o4", "u3"),
+        (epoch - timedelta(minutes=5), "other", None, None, None),
+        (epoch - timedelta(minutes=5) - ms, "payment", Decimal("2.50"), "o4", "u3"),
+        (epoch, "other", None, None, "u4"),
     ]
-    return [{"event_time": t, "kind": k, "amount": a, "order_id": o, "user_id": u} for t, k, a, o, u in spec]
+    return [Delivery(f"e{i}", t, k, a, o, u) for i, (t, k, a, o, u) in enumerate(spec)]
 
 
-def _part(rows: list[dict[str, Any]]) -> Any:
-    """A ``KeyedDedupEpochOperator.GOLD_EVENTS`` row of ``rows``, none beyond the lateness."""
+def _part(events: list[Delivery]) -> Any:
+    """A ``KeyedDedupEpochOperator.GOLD_EVENTS`` row of ``events``, none beyond the lateness."""
     from pyflink.common import Row
 
     return Row(
-        [to_us(r["event_time"]) // 1000 for r in rows],
-        bytes(r["kind"] for r in rows),
-        [NO_AMOUNT if r["amount"] is None else int(r["amount"] * 100) for r in rows],
-        [r["order_id"] for r in rows],
-        [r["user_id"] for r in rows],
-        [NO_AMOUNT for _ in rows],  # Long.MIN_VALUE: no watermark at arrival
+        [to_us(e.at) // 1000 for e in events],
+        bytes(CODES[e.kind] for e in events),
+        [NO_AMOUNT if e.amount is None else int(e.amount * 100) for e in events],
+        [e.order_id for e in events],
+        [e.user_id for e in events],
+        [NO_AMOUNT for _ in events],  # Long.MIN_VALUE: no watermark at arrival
     )
 
 
-def test_the_java_operators_equal_the_reference(tmp_path: Path) -> None:
+def test_the_java_operators_equal_the_oracle(tmp_path: Path) -> None:
     from pyflink.common import Types
     from pyflink.datastream import DataStream
     from pyflink.java_gateway import get_gateway
@@ -77,7 +79,7 @@ def test_the_java_operators_equal_the_reference(tmp_path: Path) -> None:
     from udfs.ingest_gold import java_metrics
 
     settings = GoldSettings(window=timedelta(minutes=5), allowed_lateness=timedelta(minutes=10))
-    rows = _rows()
+    events = _deliveries()
     env = build_env(FlinkConfig(parallelism=2), checkpoint_dir=str(tmp_path / "ckpt"))
     flink = get_gateway().jvm.io.lakestream.flink
     metrics = java_metrics()
@@ -94,7 +96,7 @@ def test_the_java_operators_equal_the_reference(tmp_path: Path) -> None:
     )
     # Four parts, the same ids in several (o1, u2): the distinct counts meet them in different partials
     # (the gate flushes each part on its own with ``maxBuffered`` 1).
-    slices = [rows[0:2], rows[2:5], rows[5:9], rows[9:]]
+    slices = [events[0:2], events[2:5], events[5:9], events[9:]]
     parts = [_part(s) for s in slices]
     window_ms = settings.window // timedelta(milliseconds=1)
     lateness_ms = settings.allowed_lateness // timedelta(milliseconds=1)
@@ -121,6 +123,6 @@ def test_the_java_operators_equal_the_reference(tmp_path: Path) -> None:
             value = row[2 + i]
             out[name] = (Decimal(value) / 100).quantize(Decimal("0.01")) if name == "gmv" else value
         got.append(out)
-    expected = reference_aggregate(rows, settings)
+    expected = expected_gold(events, settings.window)
     assert got == expected
     assert len(expected) == 5

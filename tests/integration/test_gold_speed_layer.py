@@ -4,14 +4,16 @@ Expectations come from what the test produced, never from the job's code: each r
 partition is chosen here, so the watermark of its partition at its arrival follows from the produced
 order alone (largest VALID event time so far minus the out-of-orderness minus 1 ms), and so does the
 allowed-lateness decision (window end + allowed lateness <= that watermark: beyond, left to the batch
-layer). The metrics of the kept events come from ``lakestream.gold.reference_aggregate`` (the plain
-Python interpretation of the one definition), over inputs written down here per produced record.
+layer). The metrics of the kept events come from ``tests/support/gold_oracle.py`` (windows and metrics
+computed by hand, apart from ``lakestream.gold``), over the deliveries written down here per produced
+record.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -25,18 +27,17 @@ from deltalake.exceptions import TableNotFoundError
 from kafka import KafkaProducer
 
 from devtools.processes import kill_group
-from lakestream.gold import (
-    KIND_ORDER_CREATED,
-    KIND_OTHER,
-    KIND_PAYMENT,
-    METRIC_NAMES,
-    GoldSettings,
-    aggregate,
-    gold_inputs,
-    reference_aggregate,
-)
+from lakestream.gold import KIND_ORDER_CREATED, KIND_OTHER, KIND_PAYMENT
 from tests.support.cli import run_cli
-from tests.support.ingest_job import setup_topics, start_unbounded, wait_for_checkpoints
+from tests.support.gold_oracle import (
+    METRIC_NAMES,
+    Delivery,
+    bronze_deliveries,
+    expected_gold,
+    kind,
+    window_start,
+)
+from tests.support.ingest_job import setup_topics, start_unbounded, table_rows, wait_for, wait_for_checkpoints
 
 pytestmark = pytest.mark.integration
 
@@ -45,14 +46,18 @@ START = datetime(2024, 6, 1, 4, 0, tzinfo=UTC)
 BOUND = timedelta(minutes=2)  # event_time.max_out_of_orderness
 WINDOW = timedelta(minutes=5)
 LATENESS = timedelta(minutes=3)  # gold.allowed_lateness
-SETTINGS = GoldSettings(window=WINDOW, allowed_lateness=LATENESS)
 GOLD = "gold/order_metrics_5m"
+BRONZE = "bronze/order_events"
 PARTITIONS = 2
 
 
 @dataclass
 class Event:
-    """One produced record: where it goes, its bytes, and the gold input it is (by construction)."""
+    """One produced record: where it goes, its bytes, and what it says (by construction).
+
+    ``kind`` is its ``lakestream.gold`` kind code; expectations take ``delivery()`` instead, whose kind
+    the gold oracle derives from the source and ``op``.
+    """
 
     source: str
     partition: int
@@ -63,15 +68,13 @@ class Event:
     amount: Decimal | None
     order_id: str | None
     user_id: str | None
+    op: str | None = None
 
-    def gold_input(self) -> dict[str, Any]:
-        return {
-            "event_time": self.at,
-            "kind": self.kind,
-            "amount": self.amount,
-            "order_id": self.order_id,
-            "user_id": self.user_id,
-        }
+    def delivery(self) -> Delivery:
+        """This record as the gold oracle takes it (every produced record is VALID)."""
+        return Delivery(
+            self.event_id, self.at, kind(self.source, self.op), self.amount, self.order_id, self.user_id
+        )
 
 
 def _ms(t: datetime) -> int:
@@ -91,7 +94,7 @@ def order_event(partition: int, oid: str, op: str, at: datetime, uid: str, amoun
     kind = KIND_ORDER_CREATED if op == "c" else KIND_OTHER
     value = json.dumps(payload).encode()  # the job's id is a hash of it: equal bytes, equal id
     return Event(
-        "orders_db", partition, value, f"orders_db:{value.decode()}", at, kind, Decimal(amount), oid, uid
+        "orders_db", partition, value, f"orders_db:{value.decode()}", at, kind, Decimal(amount), oid, uid, op
     )
 
 
@@ -238,7 +241,7 @@ def metrics_of(rows: list[dict[str, Any]]) -> dict[datetime, dict[str, Any]]:
     return {r["window_start"]: {k: r[k] for k in ("window_end", *METRIC_NAMES)} for r in rows}
 
 
-def test_bounded_gold_equals_the_reference_but_for_events_beyond_the_lateness(
+def test_bounded_gold_equals_the_oracle_but_for_events_beyond_the_lateness(
     kafka: str, lakehouse: Path, tmp_path: Path
 ) -> None:
     topics, env = gold_env(kafka, tmp_path, lakehouse)
@@ -250,12 +253,12 @@ def test_bounded_gold_equals_the_reference_but_for_events_beyond_the_lateness(
     assert beyond and len(counted) > 500
     rows = gold_rows(lakehouse)
     got = metrics_of(list(rows.values()))
-    expected = metrics_of(reference_aggregate([e.gold_input() for e in counted], SETTINGS))
+    expected = metrics_of(expected_gold(e.delivery() for e in counted))
     assert got == expected
     # Windows with events beyond the lateness differ from a recompute of all events exactly by them.
-    everything = metrics_of(reference_aggregate([e.gold_input() for e in counted + beyond], SETTINGS))
+    everything = metrics_of(expected_gold(e.delivery() for e in events))
     affected = {w for w in everything if w not in got or everything[w] != got[w]}
-    beyond_windows = {datetime.fromtimestamp(_ms(e.at) // 300_000 * 300, UTC) for e in beyond}
+    beyond_windows = {window_start(e.at) for e in beyond}
     assert affected and affected <= beyond_windows
     latest_end = max(r["window_end"] for r in rows.values())
     for row in rows.values():
@@ -270,66 +273,95 @@ def test_bounded_gold_equals_the_reference_but_for_events_beyond_the_lateness(
     assert any("lakestream.appVersions" in h for h in txns)
 
 
-def _bronze_recompute(lakehouse: Path) -> dict[datetime, dict[str, Any]]:
-    bronze = DeltaTable(str(lakehouse / "bronze/order_events")).to_pyarrow_table()
-    return metrics_of(aggregate(gold_inputs(bronze), SETTINGS).to_pylist())
+def bronze_recompute(lakehouse: Path) -> dict[datetime, dict[str, Any]]:
+    """The gold oracle's metrics of every delivery bronze holds."""
+    rows = DeltaTable(str(lakehouse / BRONZE)).to_pyarrow_table().to_pylist()
+    return metrics_of(expected_gold(bronze_deliveries(rows)))
 
 
 def test_gold_exactly_once_across_kill_9_with_duplicates_on_both_sides(
     kafka: str, lakehouse: Path, tmp_path: Path
 ) -> None:
-    """kill -9 mid-stream, restart from the checkpoint, re-deliveries of records from before the kill
-    after it: every window no event missed by lateness equals a recompute from bronze."""
+    """kill -9 while records are being produced (some produced after the last commit, asserted),
+    restart from the checkpoint, re-deliveries of records from before the kill after it: gold equals
+    the oracle, nothing counted twice, and every window no event missed by lateness equals the
+    oracle's recompute of what bronze holds."""
     topics, env = gold_env(kafka, tmp_path, lakehouse)
     events = scenario(seed=99, minutes=40, late_ratio=0.02)
     half = len(events) // 2
-    first, second = events[:half], events[half:]
+    first, rest = events[:half], events[half:]
     # Re-deliveries across the restore: records from before the kill, sent again after it (same
     # partition, so their partition order, and so the lateness oracle, stays exact).
-    again = [e for e in first[::7]]
-    second = second + again
-    log = tmp_path / "ingest.log"
+    again = first[::7]
+    log, checkpoints = tmp_path / "ingest.log", tmp_path / "checkpoints"
     produce(kafka, topics, first)
     job = start_unbounded(env, log)
+    # The rest goes out one record at a time while the job runs, each acknowledged before the next.
+    sent = 0
+    stop = threading.Event()
+
+    def produce_paced() -> None:
+        nonlocal sent
+        producer = KafkaProducer(bootstrap_servers=kafka, acks="all", max_in_flight_requests_per_connection=1)
+        try:
+            while sent < len(rest) and not stop.is_set():
+                e = rest[sent]
+                producer.send(topics[e.source], value=e.value, partition=e.partition).get(timeout=30)
+                sent += 1
+                stop.wait(0.05)
+        finally:
+            producer.close()
+
+    producing = threading.Thread(target=produce_paced)
     try:
-        deadline = time.monotonic() + 200
-        while not gold_rows(lakehouse):
-            assert job.poll() is None, log.read_text()[-4000:]
-            assert time.monotonic() < deadline, log.read_text()[-4000:]
-            time.sleep(0.5)
-        # Two more completed checkpoints; the kill lands anywhere after them.
-        wait_for_checkpoints(tmp_path / "checkpoints", 2, job, log)
+        wait_for(lakehouse, {GOLD: 1}, job, log, timeout=200)
+        producing.start()
+        # Evidence that the job commits the live records: bronze holds some of them, and one more
+        # checkpoint completed. Then a few more, acknowledged right before the kill: produced after any
+        # commit the job can have made.
+        wait_for(lakehouse, {BRONZE: half + 1}, job, log, timeout=120)
+        wait_for_checkpoints(checkpoints, 1, job, log)
+        stop.set()
+        producing.join()
+        produce(kafka, topics, rest[sent : sent + 5])
+        sent = min(sent + 5, len(rest))
+        produced_at_kill = half + sent
     finally:
         kill_group(job)
-    produce(kafka, topics, second)
+        stop.set()
+        if producing.is_alive():
+            producing.join()
+    committed_at_kill = table_rows(lakehouse, BRONZE)
+    assert half < committed_at_kill < produced_at_kill, (
+        f"{committed_at_kill} of {produced_at_kill} produced records committed at the kill: not mid-stream"
+    )
+    produce(kafka, topics, rest[sent:] + again)
+    all_events = first + rest + again  # production order
     job = start_unbounded(env, log)
-    all_events = first + second
     counted, beyond = classify(all_events)
-    beyond_windows = {datetime.fromtimestamp(_ms(e.at) // 300_000 * 300, UTC) for e in beyond}
-    expected = metrics_of(reference_aggregate([e.gold_input() for e in counted], SETTINGS))
+    beyond_windows = {window_start(e.at) for e in beyond}
+    expected = metrics_of(expected_gold(e.delivery() for e in counted))
     try:
         deadline = time.monotonic() + 240
-        while True:
-            got = metrics_of(list(gold_rows(lakehouse).values()))
-            if got == expected:
-                break
+        while (got := metrics_of(list(gold_rows(lakehouse).values()))) != expected:
             assert job.poll() is None, log.read_text()[-4000:]
             assert time.monotonic() < deadline, f"gold {got}\nexpected {expected}\n{log.read_text()[-3000:]}"
             time.sleep(1)
         # Two more completed checkpoints: nothing may be counted twice.
-        wait_for_checkpoints(tmp_path / "checkpoints", 2, job, log)
+        wait_for_checkpoints(checkpoints, 2, job, log)
         got = metrics_of(list(gold_rows(lakehouse).values()))
     finally:
         kill_group(job)
     assert "resuming from checkpoint" in log.read_text()
-    assert got == expected
+    assert got == expected, f"gold {got}\nexpected {expected}"
+    assert table_rows(lakehouse, BRONZE) == len(all_events)  # every delivery once
     # Rows written while the stream ran carry its event-time watermark (idle partitions did not hold it
     # back), never a processing-time one: at most the data's latest end.
     final = gold_rows(lakehouse).values()
     latest_end = max(r["window_end"] for r in final)
     assert any(r["data_time"] > datetime(2024, 1, 1, tzinfo=UTC) for r in final)
     assert all(r["data_time"] <= latest_end for r in final)
-    recomputed = _bronze_recompute(lakehouse)
+    recomputed = bronze_recompute(lakehouse)
     clean = [w for w in recomputed if w not in beyond_windows]
     assert len(clean) > 3
     for w in clean:
@@ -353,14 +385,14 @@ def test_a_second_bounded_run_leaves_the_first_runs_windows_alone(
     run_cli("ingest", "--bounded", env=env, timeout=300)
 
     counted_first, _ = classify(first)
-    assert after_first == metrics_of(reference_aggregate([e.gold_input() for e in counted_first], SETTINGS))
+    assert after_first == metrics_of(expected_gold(e.delivery() for e in counted_first))
     newest_first = max(e.at for e in first)  # what bronze recorded as the first lineage's end
     got = metrics_of(list(gold_rows(lakehouse).values()))
     # The second lineage's own events, each partition continuing from the first run's watermark.
     counted_all, _ = classify(first + second)
     second_ids = {e.event_id for e in second}
     own = [e for e in counted_all if e.event_id in second_ids and e.at >= newest_first]
-    expected_own = metrics_of(reference_aggregate([e.gold_input() for e in own], SETTINGS))
+    expected_own = metrics_of(expected_gold(e.delivery() for e in own))
     cut_windows = [w for w in got if w <= newest_first]
     assert cut_windows, "the scenario must have a window spanning both runs"
     for w, row in got.items():

@@ -6,7 +6,7 @@ runs unbounded and is killed mid-stream; the new version is started on the same 
 tables and must resume from that checkpoint (DESIGN.md section 11.6, "Graph change"):
 
 - From before the speed layer: the de-dup state, watermarks and sinks' run id restored, the speed
-  layer's operators starting empty. Windows that only the new version saw equal the reference; windows
+  layer's operators starting empty. Windows that only the new version saw equal the gold oracle; windows
   the old version had begun can only hold fewer events (backfill them).
 - From the speed layer in Flink SQL: refused before writing anything; one bounded run and a backfill
   of the windows the old run had begun give exact gold rows.
@@ -23,9 +23,7 @@ import pytest
 from deltalake import DeltaTable
 
 from devtools.processes import kill_group
-from lakestream.gold import GoldSettings, reference_aggregate
 from tests.integration.test_gold_speed_layer import (
-    SETTINGS,
     START,
     Event,
     classify,
@@ -36,6 +34,7 @@ from tests.integration.test_gold_speed_layer import (
     scenario,
 )
 from tests.support.cli import run_cli
+from tests.support.gold_oracle import expected_gold
 from tests.support.ingest_job import (
     ROOT,
     old_tree,
@@ -141,9 +140,7 @@ def test_a_checkpoint_from_before_the_speed_layer_restores_into_the_new_graph(
     second = start_unbounded(env, log2)
     counted, _ = classify(before + after)
     after_ids = {e.event_id for e in after}
-    expected_after = metrics_of(
-        reference_aggregate([e.gold_input() for e in counted if e.event_id in after_ids], SETTINGS)
-    )
+    expected_after = metrics_of(expected_gold(e.delivery() for e in counted if e.event_id in after_ids))
     try:
         wait_for(lakehouse, {"bronze/order_events": len(before) + len(after)}, second, log2, timeout=240)
         deadline = time.monotonic() + 120
@@ -159,9 +156,7 @@ def test_a_checkpoint_from_before_the_speed_layer_restores_into_the_new_graph(
     assert "resuming from checkpoint" in log2.read_text()
     assert table_rows(lakehouse, "bronze/order_events") == len(before) + len(after)  # nothing twice
     # Windows the old version had begun hold at most their events (only the replayed tail is in).
-    expected_before = metrics_of(
-        reference_aggregate([e.gold_input() for e in counted if e.event_id not in after_ids], SETTINGS)
-    )
+    expected_before = metrics_of(expected_gold(e.delivery() for e in counted if e.event_id not in after_ids))
     for w, row in got.items():
         if w in expected_before:
             assert row["events"] <= expected_before[w]["events"], w
@@ -179,7 +174,7 @@ def test_a_checkpoint_of_the_sql_speed_layer_is_refused_with_the_way_on(
     refused_then_drained_and_backfilled(env, tmp_path / "ingest-new.log", lakehouse)
     counted, beyond = classify(before + after)
     assert not beyond
-    expected = metrics_of(reference_aggregate([e.gold_input() for e in counted], SETTINGS))
+    expected = metrics_of(expected_gold(e.delivery() for e in counted))
     got = metrics_of(list(gold_rows(lakehouse).values()))
     # The backfill writes every window of its range, the empty ones with zeros.
     assert {w: m for w, m in got.items() if m["events"]} == expected
@@ -200,9 +195,9 @@ def test_a_checkpoint_of_another_gold_window_is_refused_with_the_way_on(
     refused_then_drained_and_backfilled(ten, tmp_path / "ingest-10m.log", lakehouse)
     counted, beyond = classify(before + after)
     assert not beyond
-    ten_minutes = GoldSettings(window=timedelta(minutes=10), allowed_lateness=SETTINGS.allowed_lateness)
     got = DeltaTable(str(lakehouse / GOLD_10M)).to_pyarrow_table().to_pylist()
-    assert metrics_of(got) == metrics_of(reference_aggregate([e.gold_input() for e in counted], ten_minutes))
+    ten_minutes = expected_gold((e.delivery() for e in counted), timedelta(minutes=10))
+    assert metrics_of(got) == metrics_of(ten_minutes)
     assert table_rows(lakehouse, "bronze/order_events") == len(before) + len(after)  # nothing twice
 
 
@@ -240,5 +235,5 @@ def test_an_interrupted_bounded_run_is_completed_by_its_own_graph_only(
     assert not beyond
     assert table_rows(lakehouse, "bronze/order_events") == len(events)  # nothing lost, nothing twice
     assert metrics_of(list(gold_rows(lakehouse).values())) == metrics_of(
-        reference_aggregate([e.gold_input() for e in counted], SETTINGS)
+        expected_gold(e.delivery() for e in counted)
     )

@@ -24,9 +24,9 @@ from kafka import KafkaProducer
 
 from devtools.processes import kill_group
 from devtools.s3_server import LocalS3
-from lakestream.gold import METRIC_NAMES, GoldSettings, aggregate, gold_inputs
 from runtime.flink_env import latest_checkpoint
 from storage.table_files import table_files
+from tests.support.gold_oracle import METRIC_NAMES, bronze_deliveries, expected_gold
 from tests.support.ingest_job import (
     ROOT,
     old_tree,
@@ -232,7 +232,7 @@ def test_restores_at_another_parallelism_keep_the_dedup_state(
     assert len(coords) == len(set(coords)) == 30
     # The gold window equals the recompute from bronze (each event id once) and the counts sent.
     [row] = DeltaTable(str(lakehouse / GOLD)).to_pyarrow_table().to_pylist()
-    [expected] = aggregate(gold_inputs(bronze), GoldSettings()).to_pylist()
+    [expected] = expected_gold(bronze_deliveries(bronze.to_pylist()))
     assert {m: row[m] for m in METRIC_NAMES} == {m: expected[m] for m in METRIC_NAMES}
     assert {m: row[m] for m in gold} == gold
     assert row["gmv"] == sum(Decimal(100 + i) for i in range(14)) / 100

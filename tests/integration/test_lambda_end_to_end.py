@@ -4,7 +4,8 @@ lateness, ``reconcile`` names exactly those windows, ``reconcile --fix`` backfil
 
 Real broker, ``lakestream ingest --bounded`` on a MiniCluster, the real Delta tables; the expectations
 come from what the test produced (``test_gold_speed_layer``'s scenario and lateness oracle) and the
-plain-Python reference of the gold definition, never from the jobs' code.
+gold oracle (``tests/support/gold_oracle.py``, apart from ``lakestream.gold``), never from the jobs'
+code.
 """
 
 from __future__ import annotations
@@ -19,11 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from lakestream.gold import reference_aggregate
 from tests.integration.test_gold_speed_layer import (
     BOUND,
     LATENESS,
-    SETTINGS,
     START,
     UTC,
     WINDOW,
@@ -35,6 +34,7 @@ from tests.integration.test_gold_speed_layer import (
     scenario,
 )
 from tests.support.cli import run_cli
+from tests.support.gold_oracle import expected_gold
 
 pytestmark = pytest.mark.integration
 
@@ -82,8 +82,8 @@ def test_reconcile_names_the_windows_the_speed_layer_missed_and_fix_serves_batch
     run_cli("ingest", "--bounded", env=env, timeout=300)
 
     counted, beyond = classify(events)
-    everything = metrics_of(reference_aggregate([e.gold_input() for e in counted + beyond], SETTINGS))
-    realtime = metrics_of(reference_aggregate([e.gold_input() for e in counted], SETTINGS))
+    everything = metrics_of(expected_gold(e.delivery() for e in events))
+    realtime = metrics_of(expected_gold(e.delivery() for e in counted))
     first_open = _first_open_window(events)
     missed = sorted(w for w in everything if FROM <= w < first_open and realtime.get(w) != everything[w])
     assert missed, "the scenario has closed windows with events beyond the allowed lateness"

@@ -4,7 +4,7 @@ Java classes moved restores into the moved code, with every table exact.
 The old version (the last commit before the move, with its own Java operators built from it) runs
 unbounded on the first half of a scenario and is killed with kill -9 while the second half is still
 being produced; the current version starts on the same checkpoint folder and tables, must resume from
-that checkpoint, and ends with bronze holding every event once and gold equal to the reference for
+that checkpoint, and ends with bronze holding every event once and gold equal to the gold oracle for
 every window (the de-dup, event-time and gold state restored, so no window is counted twice or short).
 """
 
@@ -20,9 +20,7 @@ import pytest
 from deltalake import DeltaTable
 
 from devtools.processes import kill_group
-from lakestream.gold import reference_aggregate
 from tests.integration.test_gold_speed_layer import (
-    SETTINGS,
     classify,
     gold_env,
     gold_rows,
@@ -30,6 +28,7 @@ from tests.integration.test_gold_speed_layer import (
     produce,
     scenario,
 )
+from tests.support.gold_oracle import expected_gold
 from tests.support.ingest_job import old_tree, start_unbounded, table_rows
 
 pytestmark = pytest.mark.integration
@@ -103,7 +102,7 @@ def test_a_checkpoint_from_before_the_layout_restores_into_the_moved_code(
     job = start_unbounded(env, new_log)
     counted, beyond = classify(events)
     assert not beyond
-    expected = metrics_of(reference_aggregate([e.gold_input() for e in counted], SETTINGS))
+    expected = metrics_of(expected_gold(e.delivery() for e in counted))
     try:
         wait_until(
             lambda: (
