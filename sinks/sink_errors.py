@@ -52,8 +52,10 @@ class CommitConflictError(DeltaSinkError):
         super().__init__(
             f"Delta commit for checkpoint {checkpoint_id} (app ids {', '.join(self.app_ids)}) still "
             f"conflicts after {attempts} attempts; last conflict: {cause}. The staged work is kept and will "
-            "be committed by the next COMMIT or restore. Fix: reduce concurrent rewrites (OPTIMIZE, other "
-            "MERGE jobs) of the same partitions, or raise RetryPolicy.max_attempts."
+            "be committed by the next COMMIT or restore. Fix: when other writers rewrite the table, reduce "
+            "concurrent rewrites (OPTIMIZE, other MERGE jobs) of the same partitions; when none do, the log "
+            "refused the commit for the reason above (for example a file or folder where the next commit "
+            "file of _delta_log goes, or missing write permission): remove that cause."
         )
 
 
