@@ -11,9 +11,7 @@ code.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -48,15 +46,7 @@ def _iso(t: datetime) -> str:
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     """``python -m cli ARGS`` whatever its exit code (reconcile's 1 is an answer here)."""
-    return subprocess.run(
-        [sys.executable, "-m", "cli", *args],
-        cwd=Path(__file__).resolve().parents[2],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    return run_cli(*args, env=env, check=False)
 
 
 def _first_open_window(events: list[Event]) -> datetime:

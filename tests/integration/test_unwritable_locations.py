@@ -8,15 +8,14 @@ cannot be written because a file stands where a folder of its path should be, wh
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.support.cli import run_cli
+
 pytestmark = pytest.mark.integration
-ROOT = Path(__file__).resolve().parents[2]
 #: No broker listens there: a command that reached Kafka would hang on it, then fail with its error.
 CLOSED_BROKER = "127.0.0.1:9"
 #: Far below how long a Kafka request to the closed port or a Flink job takes to fail.
@@ -48,21 +47,12 @@ def tree(root: Path) -> list[str]:
 
 def run(args: list[str], tmp: Path, *, root: Path, checkpoints: Path) -> subprocess.CompletedProcess[str]:
     env = {
-        **os.environ,
         "LAKESTREAM_STATE_DIR": str(tmp / "state"),
         "LAKESTREAM__KAFKA__BOOTSTRAP_SERVERS": CLOSED_BROKER,
         "LAKESTREAM__LAKEHOUSE__ROOT": str(root),
         "LAKESTREAM__FLINK__CHECKPOINT_DIR": str(checkpoints),
     }
-    return subprocess.run(
-        [sys.executable, "-m", "cli", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        check=False,
-    )
+    return run_cli(*args, env=env, timeout=TIMEOUT_S, check=False)
 
 
 def a_file(tmp: Path) -> Path:
