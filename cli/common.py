@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from lakestream.config import CONFIG_FLAG, Config, load_config
 from storage.delta_log import is_local_uri, local_path
 from storage.local_files import check_writable_folder
-from storage.object_store import export_settings
+from storage.object_store import check_conditional_writes, export_settings, open_store
 
 if TYPE_CHECKING:  # pragma: no cover
     SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -91,18 +91,21 @@ def load(args: argparse.Namespace, *, writes: bool = False) -> Config:
     """The validated configuration, with ``--lakehouse`` / ``--bootstrap-servers`` applied over it.
 
     ``writes``: the command writes under ``lakehouse.root``, so a local root must be a folder it can
-    create and write; that is checked here, before anything starts (the checkpoint folder is checked
-    where a job opens it, ``flink_jobs.lifecycle.job_folder``). An object store is reached by its
-    writers' own first request.
+    create and write, and a root on an object store must take a conditional create (which also proves
+    the bucket, the credentials and the endpoint); that is checked here, before anything starts (the
+    checkpoint folder is checked where a job opens it, ``flink_jobs.lifecycle.job_folder``).
     """
     cfg = load_config(getattr(args, "config", None))
     if getattr(args, "lakehouse", None):
         cfg = cfg.replace("lakehouse", root=args.lakehouse)
     if getattr(args, "bootstrap_servers", None):
         cfg = cfg.replace("kafka", bootstrap_servers=args.bootstrap_servers)
-    if writes and is_local_uri(cfg.lakehouse.root):
-        check_writable_folder(Path(local_path(cfg.lakehouse.root)), setting="lakehouse.root")
     export_settings(cfg.storage)
+    root = cfg.lakehouse.root
+    if writes and is_local_uri(root):
+        check_writable_folder(Path(local_path(root)), setting="lakehouse.root")
+    elif writes:
+        check_conditional_writes(open_store(root), root)
     return cfg
 
 

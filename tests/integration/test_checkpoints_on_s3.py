@@ -165,6 +165,10 @@ def test_a_store_that_cannot_be_used_stops_the_run_with_the_fix(
             {"LAKESTREAM__FLINK__CHECKPOINT_DIR": json.dumps("s3://no-such-bucket/checkpoints")},
             ["bucket of s3://no-such-bucket/checkpoints/land-raw-t does not exist", "Fix: create the bucket"],
         ),
+        "the lakehouse's bucket": (
+            {"LAKESTREAM__LAKEHOUSE__ROOT": json.dumps("s3://no-such-lake/lakehouse")},
+            ["bucket of s3://no-such-lake/lakehouse does not exist", "Fix: create the bucket"],
+        ),
         "the credentials": (
             {"AWS_SECRET_ACCESS_KEY": "not-the-secret"},
             ["refused the credentials", "Fix: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"],
