@@ -179,6 +179,15 @@ def window_end_us(event_time_us: int, settings: GoldSettings) -> int:
     return window_start_us(event_time_us, settings) + settings.window_us
 
 
+def beyond_lateness(event_time_us: int, watermark_us: int, settings: GoldSettings) -> bool:
+    """Whether an event the speed layer sees at ``watermark_us`` (its partition's watermark when it
+    arrived) is beyond the allowed lateness: its window's end plus ``allowed_lateness`` is not after it.
+
+    The speed layer drops such events (``GoldLatenessGate``) and leaves them to the batch layer.
+    """
+    return window_end_us(event_time_us, settings) + settings.allowed_lateness // _US <= watermark_us
+
+
 def window_of(t: datetime, settings: GoldSettings) -> tuple[datetime, datetime]:
     """``[start, end)`` of the window holding ``t``."""
     start = window_start_us(to_us(t), settings)
@@ -263,12 +272,32 @@ def _events_table(events: Sequence[StandardEvent]) -> pa.Table:
     return table.append_column("_delivery", pa.array(np.arange(len(events), dtype=np.int64)))
 
 
+def first_deliveries(data: pa.Table) -> np.ndarray[Any, np.dtype[np.bool_]]:
+    """Per bronze row: whether it is the first delivery of a VALID event id (the lowest ``DELIVERY_ORDER``).
+
+    The rows gold counts; every other VALID row is a re-delivery of one of them.
+    """
+    n = data.num_rows
+    order = np.asarray(pc.sort_indices(data, sort_keys=[(c, "ascending") for c in DELIVERY_ORDER]))
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n, dtype=np.int64)
+    valid: np.ndarray[Any, np.dtype[np.bool_]] = np.asarray(
+        pc.fill_null(pc.equal(data["quality"], VALID), False), dtype=bool
+    )
+    ranked = pa.table({"event_id": data["event_id"], "_rank": rank}).filter(pa.array(valid))
+    lowest = ranked.group_by("event_id", use_threads=False).aggregate([("_rank", "min")])["_rank_min"]
+    counted: np.ndarray[Any, np.dtype[np.bool_]] = np.asarray(
+        pc.is_in(pa.array(rank), value_set=lowest), dtype=bool
+    )
+    return counted & valid
+
+
 def gold_inputs(data: pa.Table | pa.RecordBatch | Sequence[StandardEvent]) -> pa.Table:
     """The gold inputs (``GOLD_INPUT_SCHEMA``) of standard events (in delivery order) or bronze rows.
 
     Only VALID events; each event id once, its first delivery winning: for a sequence of events the
-    earliest in it, for bronze rows the lowest ``DELIVERY_ORDER`` (ingest time, then Kafka
-    coordinates). Rows come out in delivery order of their first delivery.
+    earliest in it, for bronze rows the lowest ``DELIVERY_ORDER`` (``first_deliveries``: ingest time,
+    then Kafka coordinates). Rows come out in delivery order of their first delivery.
     """
     if isinstance(data, pa.RecordBatch):
         data = pa.Table.from_batches([data])
@@ -278,16 +307,16 @@ def gold_inputs(data: pa.Table | pa.RecordBatch | Sequence[StandardEvent]) -> pa
             raise ValueError(
                 f"gold_inputs: the bronze rows lack column(s) {missing}; pass BRONZE_SCHEMA rows"
             )
-        table = data.select(list(_NEEDED))
-        order = pc.sort_indices(data, sort_keys=[(c, "ascending") for c in DELIVERY_ORDER])
-        table = table.take(order).append_column("_delivery", pa.array(np.arange(len(table), dtype=np.int64)))
+        keep = first_deliveries(data)
+        order = np.asarray(pc.sort_indices(data, sort_keys=[(c, "ascending") for c in DELIVERY_ORDER]))
+        table = data.select(list(_NEEDED)).take(pa.array(order[keep[order]]))
     else:
         table = _events_table(data)
-    table = table.filter(pc.equal(table["quality"], VALID))
-    first = table.group_by("event_id", use_threads=False).aggregate([("_delivery", "min")])
-    keep = pc.sort_indices(first["_delivery_min"])
-    positions = pc.index_in(table["_delivery"], value_set=pc.take(first["_delivery_min"], keep))
-    table = table.filter(pc.is_valid(positions))
+        table = table.filter(pc.equal(table["quality"], VALID))
+        first = table.group_by("event_id", use_threads=False).aggregate([("_delivery", "min")])
+        keep_sorted = pc.sort_indices(first["_delivery_min"])
+        positions = pc.index_in(table["_delivery"], value_set=pc.take(first["_delivery_min"], keep_sorted))
+        table = table.filter(pc.is_valid(positions))
     return pa.table(
         [
             table["event_time"],

@@ -255,6 +255,11 @@ class SnapshotFile:
     event_max: Any = None
 
 
+#: Commits ``DeltaLog.version_adding`` reads after the first written at or after a file, before it
+#: gives up: a file is committed at the checkpoint after it was written, a few commits later at most.
+_ADD_SEARCH_COMMITS = 64
+
+
 class DeltaLog:
     """Version-by-version access to one table's log, with a small cache of parsed commits.
 
@@ -366,6 +371,28 @@ class DeltaLog:
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
         return commit
+
+    def version_adding(self, path: str, modification_time_ms: int, *, at_most: int) -> int | None:
+        """The version (at most ``at_most``) whose commit added the data file ``path`` (as in the log).
+
+        A file is written before the commit that adds it, so that commit is the first at or after the
+        file's modification time that names it: found by a binary search on commit times and a walk
+        forward. None when the commit is no longer in the log (log cleanup) or the search finds no add.
+        """
+        versions = [v for v in self.commit_versions() if v <= at_most]
+        lo, hi = 0, len(versions)
+        while lo < hi:  # the first retained commit written at or after the file (commit times ascend)
+            mid = (lo + hi) // 2
+            commit = self.read_commit(versions[mid])
+            if commit is not None and commit.timestamp_ms < modification_time_ms:
+                lo = mid + 1
+            else:
+                hi = mid
+        for version in versions[lo : lo + _ADD_SEARCH_COMMITS]:
+            commit = self.read_commit(version)
+            if commit is not None and any(a.path == path for a in commit.adds):
+                return version
+        return None
 
     # -- snapshots (deltalake, checkpoint-aware) -----------------------------------------------------
     def table(self, version: int | None = None) -> Any:

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
@@ -252,3 +253,26 @@ def test_app_versions_lists_every_txn_across_a_log_checkpoint_and_cleaned_up_com
     with pytest.raises(DeltaLogError, match="commit 0 is missing"):
         log.app_versions(3)
     assert DeltaLog(str(tmp_path / "none")).app_versions() == {}
+
+
+def test_version_adding_finds_the_commit_that_added_each_file(tmp_path: Path) -> None:
+    """Appends, a compaction and more appends: each live file maps to the version whose commit added it."""
+    uri = str(tmp_path / "t")
+    for i in range(6):
+        write_deltalake(uri, pa.table({"x": [i]}), mode="append")
+        if i == 2:
+            DeltaTable(uri).optimize.compact()  # version 3 rewrites the first three files into one
+    dt = DeltaTable(uri)
+    log = DeltaLog(uri)
+    added: dict[str, int] = {}
+    for version in log.commit_versions():
+        commit = log.read_commit(version)
+        assert commit is not None
+        added.update((add.path, version) for add in commit.adds)
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    paths = actions["path"].to_pylist()
+    mtimes = pc.cast(actions["modification_time"], pa.int64()).to_pylist()
+    assert sorted(added[p] for p in paths) == [3, 4, 5, 6]
+    for path, mtime in zip(paths, mtimes, strict=True):
+        assert log.version_adding(path, mtime, at_most=dt.version()) == added[path]
+    assert log.version_adding(paths[0], 0, at_most=2) is None  # no commit up to version 2 added it
