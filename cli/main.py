@@ -14,6 +14,7 @@ from cli import (
     cmd_batch,
     cmd_changefeed,
     cmd_demo,
+    cmd_explain,
     cmd_ingest,
     cmd_kafka,
     cmd_land,
@@ -41,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmd_maintain.register(sub)
     cmd_batch.register(sub)
     cmd_query.register(sub)
+    cmd_explain.register(sub)
     cmd_serve.register(sub)
     cmd_demo.register(sub)
     return parser

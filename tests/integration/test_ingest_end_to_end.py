@@ -26,6 +26,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -33,7 +34,9 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from devtools.processes import kill_group
 from devtools.sample_events import SampleSettings, SourceEvent, generate
 from lakestream.config import load_config
+from lakestream.explain_order import explain_order
 from merge_on_read.table import read_current, silver_mor_table
+from serving.explain_read import read_order
 from tests.support.cli import run_cli
 from tests.support.delta_tables import StoredTable
 from tests.support.ingest_job import setup_topics, start_unbounded, wait_for, wait_for_checkpoints
@@ -407,6 +410,7 @@ def assert_tables(lakehouse: Path, records: list[Record], runs: list[list[Record
     expected = expected_silver([r.ev for r in records if r.kind == "valid"])
     assert silver == expected
     assert silver["1001"]["address"] == "Haidian" and silver["1001"]["status"] == "pending"
+    assert_explained(lakehouse, silver_rows, records)
 
     # The resolve counts in silver's commits: each VALID event is counted exactly once (replays after a
     # restore included): as a re-delivery of an id seen before, or fresh, then a silver change unless it
@@ -424,6 +428,65 @@ def assert_tables(lakehouse: Path, records: list[Record], runs: list[list[Record
         changes += len(feeding)
     assert counts["events_duplicate"] == duplicates >= 1, counts
     assert counts["silver_changes"] == changes, counts
+
+
+def assert_explained(lakehouse: Path, silver_rows: list[dict[str, Any]], records: list[Record]) -> None:
+    """``explain order`` for every order of bronze: each bronze row once with one outcome, the outcome
+    its record's kind implies, each field's winner the event silver names, the winners folding to the
+    silver row; the seed order through the reader as the CLI reads it (late Xicheng older, not applied)."""
+    bronze = DeltaTable(str(lakehouse / "bronze/order_events")).to_pyarrow_table()
+    late = DeltaTable(str(lakehouse / "late/order_events")).to_pyarrow_table()
+    silver = {r["order_id"]: r for r in silver_rows}
+    kind = {r.coords: r.kind for r in records}
+    expected_outcome = {"suspicious": "review", "invalid": "quarantined"}
+    orders = {o for o in bronze["order_id"].to_pylist() if o is not None}
+    assert set(silver) <= orders
+    for order_id in sorted(orders):
+        rows = bronze.filter(pc.equal(bronze["order_id"], order_id))
+        out = explain_order(
+            order_id, silver.get(order_id), rows, late=late.filter(pc.equal(late["order_id"], order_id))
+        )
+        assert out.problems == (), (order_id, out.problems)
+        coords = Counter((e.event.topic, e.event.partition, e.event.offset) for e in out.timeline)
+        assert coords == Counter(
+            zip(
+                rows["topic"].to_pylist(),
+                rows["partition"].to_pylist(),
+                rows["offset"].to_pylist(),
+                strict=True,
+            )
+        )
+        valid_ids = [e.event.event_id for e in out.timeline if e.event.quality == "VALID"]
+        assert sum(e.outcome == "duplicate" for e in out.timeline) == len(valid_ids) - len(set(valid_ids))
+        for e in out.timeline:
+            c = (e.event.topic, e.event.partition, e.event.offset)
+            if kind[c] in expected_outcome:
+                assert e.outcome == expected_outcome[kind[c]], (c, e)
+            assert (e.late is not None) == ("late" in e.tables)
+        for f in out.fields:
+            row = silver.get(order_id)
+            if row is None or row[f.field] is None:
+                assert f.winner is None
+            else:
+                assert f.winner is not None and f.winner.event_id == row[f.id_column], (order_id, f.field)
+    if isinstance(lakehouse, StoredTable):
+        return
+    env = {"LAKESTREAM__LAKEHOUSE__ROOT": str(lakehouse)}
+    if merge_on_read(lakehouse):
+        env["LAKESTREAM__TABLES__SILVER_LAYOUT"] = "merge_on_read"
+    cfg = load_config(None, environ=env)
+    explained, read_at = read_order(cfg, "1001")
+    # --as-of the version read, or a time after it, explains the same (the other tables as of then).
+    for at in (read_at.point.version, datetime.now(UTC)):
+        again, _ = read_order(cfg, "1001", at)
+        assert (again.fields, again.timeline) == (explained.fields, explained.timeline)
+    address = next(f for f in explained.fields if f.field == "address")
+    assert address.value == "Haidian" and address.winner is not None
+    assert address.winner.bronze_version is not None
+    xicheng = next(o for o in address.others if o.value == "Xicheng")
+    assert xicheng.outcome == "older"
+    entry = next(e for e in explained.timeline if e.event is xicheng.event)
+    assert entry.late is not None and "did not set a silver value" in entry.detail
 
 
 def merge_on_read(lakehouse: Path) -> bool:

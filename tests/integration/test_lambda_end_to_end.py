@@ -114,3 +114,33 @@ def test_reconcile_names_the_windows_the_speed_layer_missed_and_fix_serves_batch
         w + WINDOW == datetime.fromisoformat(r["window_end"].replace("Z", "+00:00"))
         for w, r in by_window.items()
     )
+
+    # explain window: the batch row, the realtime row it replaced, what it counted, what it left out.
+    w = missed[0]
+    out = _cli(env, "explain", "window", _iso(w + timedelta(minutes=2)), "--format", "json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    told = json.loads(out.stdout)
+    assert told["window_start"] == _iso(w) and told["row"]["layer"] == "batch"
+    figures = ("events", "orders_created", "payments", "active_users")
+    assert {m: told["recomputed"][m] for m in figures} == {m: everything[w][m] for m in figures}
+    assert Decimal(told["recomputed"]["gmv"]) == everything[w]["gmv"]
+    assert {m: told["batch"][m] for m in figures} == {m: everything[w][m] for m in figures}
+    if w in realtime:  # the speed layer's row before the fix, and the same from bronze without the too-late
+        assert {m: told["realtime"][m] for m in figures} == {m: realtime[w][m] for m in figures}
+        assert {m: told["speed_layer_counts"][m] for m in figures} == {m: realtime[w][m] for m in figures}
+    in_w = [e for e in events if w <= e.at < w + WINDOW]
+    assert len(told["beyond_allowed_lateness"]) == sum(w <= e.at < w + WINDOW for e in beyond) >= 1
+    assert all(e["lateness_s"] > 0 for e in told["beyond_allowed_lateness"])
+    assert len(told["duplicates_left_out"]) == len(in_w) - len({e.event_id for e in in_w})
+    assert sum(told["counted_by_kind"].values()) == everything[w]["events"]
+    assert told["backfills"] and told["backfills"][-1]["run_id"]
+    assert {r["window_start"] for r in told["reconcile"]} == {_iso(w)}
+    assert any(r["fixed"] for r in told["reconcile"]) and any(not r["fixed"] for r in told["reconcile"])
+    # Nothing to explain: exit 2, naming what is there.
+    outside = _cli(env, "explain", "window", "2020-01-01T00:00:00Z")
+    assert outside.returncode == 2 and "no row for it" in outside.stderr, outside.stderr
+    assert "it has none within a day" in outside.stderr
+    unknown = _cli(env, "explain", "order", "no-such-order")
+    assert unknown.returncode == 2 and "existing order ids nearby: " in unknown.stderr, unknown.stderr
+    text = _cli(env, "explain", "order", "o7")
+    assert text.returncode == 0 and text.stdout.startswith("order o7: silver/orders version "), text.stdout

@@ -1,0 +1,386 @@
+"""Read what ``explain`` needs from the tables, at one point in time, and explain it.
+
+``explain order``: the order's silver row (either layout) at ``--as-of``, its bronze and late rows as of
+the same moment (files pruned by their ``order_id`` statistics; each row with the bronze version that
+added its file) and the quarantine rows that could not be adapted but name it; ``explain window``: the
+gold row, bronze's and the late table's rows of the window, the realtime figures a backfill replaced
+(the last gold version where the row was realtime), the reconcile runs that compared it and the
+backfills that wrote it. The explaining itself is ``lakestream.explain_order`` / ``explain_window``.
+
+``--as-of VERSION`` is a version of the table the answer starts from (silver: ``silver/orders``, or
+``silver/orders_changes`` in the merge-on-read layout; a window: the gold table); the other tables
+are read as of that version's commit time. ``--as-of TIME`` reads every table as of that time.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+
+from lakestream.config import Config
+from lakestream.errors import LakestreamError
+from lakestream.explain_order import BRONZE_VERSION, OrderExplanation, Reject, explain_order
+from lakestream.explain_window import WindowExplanation, explain_window
+from lakestream.gold import GoldSettings, window_of
+from lakestream.merge_on_read_rule import current_rows
+from lakestream.silver import SILVER_SCHEMA
+from lakestream.standard import BRONZE_SCHEMA, LATE_SCHEMA, QUARANTINE_SCHEMA
+from lakestream.table_names import (
+    BRONZE_TABLE,
+    LATE_TABLE,
+    QUARANTINE_TABLE,
+    SILVER_CHANGES_TABLE,
+    SILVER_TABLE,
+)
+from lakestream.time import iso_utc, utc_from_ms
+from merge_on_read.table import folded_through, scan, silver_mor_table
+from serving.gold_read import open_gold, read_rows
+from serving.metrics_view import GoldRow
+from storage.delta_log import DeltaLog, normalize_schema
+from storage.object_store import options_for
+from storage.time_travel import OutOfReachError, open_table_at
+
+_PATH = "_path"
+#: How many existing ids an unknown order's error names.
+NEARBY = 5
+
+
+class ExplainError(LakestreamError):
+    """Nothing to explain there (an unknown order, a window gold does not have): exit 2, naming what
+    exists nearby."""
+
+
+@dataclass(frozen=True)
+class ReadPoint:
+    """Where an explanation was read: the starting table's version and the moment the others follow."""
+
+    table: str
+    version: int
+    #: The time asked for, or the commit time of the version read.
+    at: datetime
+    #: No ``--as-of``: every table is read at its latest version.
+    latest: bool = False
+
+    @property
+    def moment(self) -> datetime | None:
+        """The time the other tables are read as of (None: their latest versions)."""
+        return None if self.latest else self.at
+
+
+@dataclass(frozen=True)
+class TableVersions:
+    """The version of each table read (None: the table did not exist then)."""
+
+    point: ReadPoint
+    versions: dict[str, int | None]
+
+
+def _storage(cfg: Config) -> dict[str, str] | None:
+    """The object store's options of the lakehouse (from the environment ``load`` exported), if any."""
+    return options_for(cfg.lakehouse.root, None)
+
+
+def _commit_time(uri: str, version: int, cfg: Config) -> datetime:
+    commit = DeltaLog(uri, storage_options=_storage(cfg), cache_size=0).read_commit(version)
+    if commit is None:
+        raise OutOfReachError(f"{uri} version {version}: its commit is no longer in the log")
+    return utc_from_ms(commit.timestamp_ms)
+
+
+def _open_as_of(cfg: Config, name: str, at: datetime | None) -> DeltaTable | None:
+    """Table ``name`` as of ``at`` (None: latest); None when it did not exist then (or does not)."""
+    uri = cfg.lakehouse.table_uri(name)
+    try:
+        return open_table_at(uri, at, name="--as-of", storage_options=_storage(cfg))
+    except TableNotFoundError:
+        return None
+    except OutOfReachError:
+        first = DeltaLog(uri, storage_options=_storage(cfg), cache_size=0).read_commit(0)
+        if at is not None and first is not None and utc_from_ms(first.timestamp_ms) > at:
+            return None  # created after that moment
+        raise
+
+
+def _start(cfg: Config, name: str, at: int | datetime | None, missing: str) -> tuple[DeltaTable, ReadPoint]:
+    """The starting table at ``at`` and the moment the other tables are read as of."""
+    uri = cfg.lakehouse.table_uri(name)
+    try:
+        dt = open_table_at(uri, at, name="--as-of", storage_options=_storage(cfg))
+    except TableNotFoundError:
+        raise ExplainError(f"no table {name} under {cfg.lakehouse.root}", fix=missing) from None
+    version = dt.version()
+    moment = at if isinstance(at, datetime) else _commit_time(uri, version, cfg)
+    return dt, ReadPoint(name, version, moment, latest=at is None)
+
+
+# -- explain order ------------------------------------------------------------------------------------
+
+
+def _silver_row(
+    cfg: Config, order_id: str, at: int | datetime | None
+) -> tuple[dict[str, Any] | None, TableVersions]:
+    if cfg.tables.silver_layout == "merge_on_read":
+        table = silver_mor_table(cfg)
+        name = SILVER_CHANGES_TABLE
+        changes, point = _start(cfg, name, at, "run `lakestream ingest` first")
+        snapshot = _open_as_of(cfg, SILVER_TABLE, point.moment)
+        through = None if snapshot is None else folded_through(snapshot)
+        pending = scan(
+            changes,
+            table.schema,
+            storage_options=table.storage_options,
+            min_seq=None if through is None else (table.seq, through),
+            keys=("order_id", [order_id]),
+        )
+        base = (
+            table.schema.empty_table()
+            if snapshot is None
+            else scan(
+                snapshot, table.schema, storage_options=table.storage_options, keys=("order_id", [order_id])
+            )
+        )
+        rows = current_rows(base, pending, table.spec, table.seq).to_pylist()
+        versions = {name: point.version, SILVER_TABLE: None if snapshot is None else snapshot.version()}
+    else:
+        dt, point = _start(cfg, SILVER_TABLE, at, "run `lakestream ingest` first")
+        rows = scan(
+            dt, SILVER_SCHEMA, storage_options=_storage(cfg), keys=("order_id", [order_id])
+        ).to_pylist()
+        versions = {SILVER_TABLE: point.version}
+    return (rows[0] if rows else None), TableVersions(point, versions)
+
+
+def _order_rows(
+    dt: DeltaTable | None, schema: pa.Schema, order_id: str, cfg: Config, *, with_path: bool
+) -> pa.Table:
+    if dt is None:
+        empty = schema.empty_table()
+        return empty.append_column(_PATH, pa.array([], pa.string())) if with_path else empty
+    return scan(
+        dt,
+        schema,
+        storage_options=_storage(cfg),
+        keys=("order_id", [order_id]),
+        path_column=_PATH if with_path else None,
+    )
+
+
+def _with_bronze_versions(rows: pa.Table, dt: DeltaTable, cfg: Config) -> pa.Table:
+    """Replace the file path column with the bronze version that added the file."""
+    paths = rows[_PATH].to_pylist()
+    if not paths:
+        return rows.drop_columns([_PATH]).append_column(BRONZE_VERSION, pa.array([], pa.int64()))
+    actions = pa.table(dt.get_add_actions(flatten=True)).select(["path", "modification_time"])
+    mtimes = dict(
+        zip(
+            actions["path"].to_pylist(),
+            pc.cast(actions["modification_time"], pa.int64()).to_pylist(),
+            strict=True,
+        )
+    )
+    log = DeltaLog(dt.table_uri, storage_options=_storage(cfg))
+    found = {p: log.version_adding(p, int(mtimes.get(p) or 0), at_most=dt.version()) for p in set(paths)}
+    return rows.drop_columns([_PATH]).append_column(
+        BRONZE_VERSION, pa.array([found[p] for p in paths], pa.int64())
+    )
+
+
+def _rejects_naming(dt: DeltaTable | None, order_id: str) -> list[Reject]:
+    """Quarantine rows the adapters could not read whose bytes name ``order_id`` as a whole token."""
+    if dt is None:
+        return []
+    rows = scan(dt, QUARANTINE_SCHEMA)
+    rows = rows.filter(pc.equal(rows["stage"], "adapter"))
+    if rows.num_rows == 0:
+        return []
+    token = r"(^|[^0-9A-Za-z_-])" + re.escape(order_id) + r"([^0-9A-Za-z_-]|$)"
+    named = rows.filter(pc.match_substring_regex(rows["raw"], token))
+    return [
+        Reject(r["source"], r["reason"], r["topic"], int(r["partition"]), int(r["offset"]), r["ingest_time"])
+        for r in named.select(["source", "reason", "topic", "partition", "offset", "ingest_time"]).to_pylist()
+    ]
+
+
+def nearby_orders(dt: DeltaTable | None, order_id: str, cfg: Config) -> list[str]:
+    """Up to ``NEARBY`` existing order ids around ``order_id`` (from the files whose range holds it)."""
+    if dt is None:
+        return []
+    ids = scan(dt, pa.schema([pa.field("order_id", pa.string())]), storage_options=_storage(cfg))["order_id"]
+    values = sorted({v for v in ids.to_pylist() if v is not None})
+    at = next((i for i, v in enumerate(values) if v >= order_id), len(values))
+    lo = max(0, at - NEARBY // 2)
+    return values[lo : lo + NEARBY]
+
+
+def read_order(
+    cfg: Config, order_id: str, at: int | datetime | None = None
+) -> tuple[OrderExplanation, TableVersions]:
+    """The explanation of ``order_id`` as of ``at`` and the table versions it was read from."""
+    silver, versions = _silver_row(cfg, order_id, at)
+    bronze_dt = _open_as_of(cfg, BRONZE_TABLE, versions.point.moment)
+    bronze = _order_rows(bronze_dt, BRONZE_SCHEMA, order_id, cfg, with_path=True)
+    if bronze_dt is not None:
+        bronze = _with_bronze_versions(bronze, bronze_dt, cfg)
+    late_dt = _open_as_of(cfg, LATE_TABLE, versions.point.moment)
+    late = _order_rows(late_dt, LATE_SCHEMA, order_id, cfg, with_path=False)
+    quarantine_dt = _open_as_of(cfg, QUARANTINE_TABLE, versions.point.moment)
+    rejects = _rejects_naming(quarantine_dt, order_id)
+    versions.versions.update(
+        {
+            BRONZE_TABLE: None if bronze_dt is None else bronze_dt.version(),
+            LATE_TABLE: None if late_dt is None else late_dt.version(),
+            QUARANTINE_TABLE: None if quarantine_dt is None else quarantine_dt.version(),
+        }
+    )
+    if silver is None and bronze.num_rows == 0 and not rejects:
+        near = nearby_orders(bronze_dt, order_id, cfg)
+        where = f"{versions.point.table} version {versions.point.version}"
+        raise ExplainError(
+            f"order {order_id!r}: no row in {where} and no event in {BRONZE_TABLE}"
+            + (f"; existing order ids nearby: {', '.join(near)}" if near else "; bronze holds no order yet"),
+            fix="check the id (ids are compared as text, exactly)",
+        )
+    return explain_order(order_id, silver, bronze, late=late, rejects=rejects), versions
+
+
+# -- explain window -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WindowFacts:
+    """What the tables say about a window beyond bronze's events."""
+
+    row: GoldRow
+    #: The realtime row a backfill replaced: the last gold version where the window was realtime.
+    realtime: GoldRow | None
+    realtime_version: int | None
+    #: (gold version, run id) of the backfills that wrote the batch rows found: the first and the
+    #: one that wrote the current row.
+    backfills: tuple[tuple[int, str | None], ...]
+    reconcile: tuple[dict[str, Any], ...]
+
+
+def _row_at(cfg: Config, uri: str, version: int, start: datetime) -> GoldRow | None:
+    dt = open_gold(uri, version)
+    rows = read_rows(dt, uri, start, start + timedelta(microseconds=1))
+    return rows[0] if rows else None
+
+
+def _first_version(lo: int, hi: int, test: Any) -> int:
+    """The least version in ``[lo, hi]`` for which ``test`` holds (it holds at ``hi`` and is monotone)."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if test(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _backfill_run(uri: str, version: int, cfg: Config) -> str | None:
+    commit = DeltaLog(uri, storage_options=_storage(cfg), cache_size=0, details=True).read_commit(version)
+    if commit is None:
+        return None
+    value = commit.info.get("lakestream.backfill")
+    return None if value is None else str(value)
+
+
+def _window_history(
+    cfg: Config, uri: str, version: int, row: GoldRow
+) -> tuple[GoldRow | None, int | None, tuple[tuple[int, str | None], ...]]:
+    """The realtime row before a batch one, and the backfills found (binary searches on versions)."""
+    if row.layer != "batch":
+        return None, None, ()
+    oldest = min(DeltaLog(uri, storage_options=_storage(cfg), cache_size=0).commit_versions() or [version])
+
+    def batch_at(v: int) -> bool:
+        r = _row_at(cfg, uri, v, row.window_start)
+        return r is not None and r.layer == "batch"
+
+    def current_at(v: int) -> bool:
+        r = _row_at(cfg, uri, v, row.window_start)
+        return r is not None and r.layer == "batch" and r.updated_at == row.updated_at
+
+    try:
+        first_batch = _first_version(oldest, version, batch_at)
+        current = _first_version(first_batch, version, current_at)
+    except LakestreamError:  # an old version out of reach (log cleanup, vacuum): report what is known
+        return None, None, ()
+    realtime = _row_at(cfg, uri, first_batch - 1, row.window_start) if first_batch > oldest else None
+    found = [(first_batch, _backfill_run(uri, first_batch, cfg))]
+    if current != first_batch:
+        found.append((current, _backfill_run(uri, current, cfg)))
+    kept = realtime if realtime is not None and realtime.layer == "realtime" else None
+    return kept, (first_batch - 1 if kept is not None else None), tuple(found)
+
+
+def _reconcile_rows(cfg: Config, start: datetime, at: datetime | None) -> tuple[dict[str, Any], ...]:
+    dt = _open_as_of(cfg, cfg.reconcile.table, at)
+    if dt is None:
+        return ()
+    rows = scan(dt, normalize_schema(pa.schema(dt.schema().to_arrow())), storage_options=_storage(cfg))
+    rows = rows.filter(
+        pc.equal(rows["window_start"], pa.scalar(start, rows.schema.field("window_start").type))
+    )
+    return tuple(sorted(rows.to_pylist(), key=lambda r: (r["run_time"], r["metric"])))
+
+
+def read_window(
+    cfg: Config, when: datetime, at: int | datetime | None = None
+) -> tuple[WindowExplanation, WindowFacts, TableVersions]:
+    """The explanation of the gold window holding ``when`` as of ``at``."""
+    settings = GoldSettings.from_config(cfg)
+    start, end = window_of(when, settings)
+    uri = cfg.lakehouse.table_uri(cfg.gold.table)
+    gold, point = _start(
+        cfg, cfg.gold.table, at, "run `lakestream ingest` (gold.enabled) or `lakestream backfill`"
+    )
+    rows = read_rows(gold, uri, start, end)
+    if not rows:
+        near = read_rows(gold, uri, start - timedelta(days=1), end + timedelta(days=1))
+        before = [r.window_start for r in near if r.window_start < start]
+        after = [r.window_start for r in near if r.window_start > start]
+        around = ", ".join(
+            iso_utc(t) for t in ([max(before)] if before else []) + ([min(after)] if after else [])
+        )
+        raise ExplainError(
+            f"window {iso_utc(start)}: {cfg.gold.table} version {point.version} has no row for it"
+            + (f"; the nearest windows it has start at {around}" if around else "; it has none within a day"),
+            fix="pick a window gold has (lakestream query metrics), or backfill this one",
+        )
+    row = rows[0]
+    bronze_dt = _open_as_of(cfg, BRONZE_TABLE, point.moment)
+    late_dt = _open_as_of(cfg, LATE_TABLE, point.moment)
+    bronze = _window_rows(bronze_dt, BRONZE_SCHEMA, start, end, cfg)
+    late = _window_rows(late_dt, LATE_SCHEMA, start, end, cfg)
+    explanation = explain_window(start, end, bronze, late, settings)
+    realtime, realtime_version, backfills = _window_history(cfg, uri, point.version, row)
+    facts = WindowFacts(row, realtime, realtime_version, backfills, _reconcile_rows(cfg, start, point.moment))
+    versions = TableVersions(
+        point,
+        {
+            cfg.gold.table: point.version,
+            BRONZE_TABLE: None if bronze_dt is None else bronze_dt.version(),
+            LATE_TABLE: None if late_dt is None else late_dt.version(),
+        },
+    )
+    return explanation, facts, versions
+
+
+def _window_rows(
+    dt: DeltaTable | None, schema: pa.Schema, start: datetime, end: datetime, cfg: Config
+) -> pa.Table:
+    """Rows with event time in ``[start, end)``: files pruned by their event-time statistics."""
+    if dt is None:
+        return schema.empty_table()
+    rows = scan(dt, schema, storage_options=_storage(cfg), between=("event_time", start, end))
+    t = rows["event_time"]
+    typ = rows.schema.field("event_time").type
+    return rows.filter(pc.and_(pc.greater_equal(t, pa.scalar(start, typ)), pc.less(t, pa.scalar(end, typ))))
