@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pyarrow as pa
@@ -47,6 +47,9 @@ from storage.delta_log import DeltaLog, normalize_schema
 from storage.object_store import options_for
 from storage.time_travel import OutOfReachError, open_table_at
 
+#: The times an explained window may hold: the readers compare nanosecond timestamps (1677-09-21 to
+#: 2262-04-11) and look for the nearest windows a day around it; outside, refused, not a failed read.
+EXPLAIN_TIMES = (datetime(1678, 1, 1, tzinfo=timezone.utc), datetime(2262, 1, 1, tzinfo=timezone.utc))
 _PATH = "_path"
 #: How many existing ids an unknown order's error names.
 NEARBY = 5
@@ -336,6 +339,12 @@ def read_window(
     cfg: Config, when: datetime, at: int | datetime | None = None
 ) -> tuple[WindowExplanation, WindowFacts, TableVersions]:
     """The explanation of the gold window holding ``when`` as of ``at``."""
+    low, high = EXPLAIN_TIMES
+    if not low <= when < high:
+        raise ExplainError(
+            f"window {iso_utc(when)}: outside the times gold can hold",
+            fix=f"give a time from {iso_utc(low)} to before {iso_utc(high)}",
+        )
     settings = GoldSettings.from_config(cfg)
     start, end = window_of(when, settings)
     uri = cfg.lakehouse.table_uri(cfg.gold.table)

@@ -4,9 +4,9 @@ Starlette routes (``GET``, and ``HEAD`` with it), compresses (``GZipMiddleware``
 its thread pool; uvicorn (``serving.http_server``) is the server. Written here: the ``Host`` check,
 because the refusal must name the host and the setting that admits it (Starlette's
 ``TrustedHostMiddleware`` answers a bare "Invalid host header"), and the validators (``ETag`` per gold
-version, ``If-None-Match`` answered 304), because they come from the table's version, not the body.
-The tags are weak: the gzip and the identity body of one answer share them. Every error is JSON
-``{"error": ..., "parameter" | "header": ...}``.
+version, ``If-None-Match`` answered 304), because they come from the table's version, not the body
+(an explanation's: a digest of its body). The tags are weak: the gzip and the identity body of one
+answer share them. Every error is JSON ``{"error": ..., "parameter" | "header": ...}``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 from collections.abc import Callable, Collection
 
 from starlette.applications import Starlette
@@ -27,9 +28,10 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from lakestream.config import Config
+from serving.explain_read import ExplainError
 from serving.gold_read import GoldMissingError, GoldReadError
 from serving.metrics_view import GoldDataError
-from serving.openapi import ENDPOINTS, openapi_document
+from serving.openapi import ENDPOINTS, EXPLAIN_ORDER, EXPLAIN_WINDOW, openapi_document
 from serving.serve import Answer, BadRequest, MetricsService, page
 
 log = logging.getLogger(__name__)
@@ -134,14 +136,15 @@ def conditional(request: Request, answer: Answer, media_type: str) -> Response:
 
 
 def guarded(endpoint: Callable[[Request], Response]) -> Callable[[Request], Response]:
-    """The service's errors as JSON: 400 naming the parameter, 404 no gold table, 500 unreadable."""
+    """The service's errors as JSON: 400 naming the parameter, 404 no gold table or nothing to explain
+    there (the message names what exists nearby), 500 unreadable."""
 
     def run(request: Request) -> Response:
         try:
             return endpoint(request)
         except BadRequest as exc:
             return error(400, str(exc), parameter=exc.parameter)
-        except GoldMissingError as exc:
+        except (GoldMissingError, ExplainError) as exc:
             return error(404, str(exc))
         except (GoldReadError, GoldDataError) as exc:
             return error(500, str(exc))
@@ -150,8 +153,18 @@ def guarded(endpoint: Callable[[Request], Response]) -> Callable[[Request], Resp
     return run
 
 
+def route_path(path: str) -> str:
+    """Starlette's pattern of an endpoint's path: a ``{name}`` takes the rest of the path, ``/`` included,
+    so an order id with an encoded ``/`` (%2F, decoded before routing) is that id, not another path."""
+    return re.sub(r"\{(\w+)\}", r"{\1:path}", path)
+
+
 def build_app(cfg: Config, service: MetricsService | None = None) -> Starlette:
-    """The app: ``/``, ``/api/metrics``, ``/api/today``, ``/openapi.json``; see ``serving.openapi``."""
+    """The app: ``/``, ``/api/metrics``, ``/api/today``, ``/api/explain/order/{order_id}``,
+    ``/api/explain/window/{time}``, ``/openapi.json``; see ``serving.openapi``.
+
+    The endpoints are plain functions: Starlette runs them in its thread pool, off the event loop.
+    """
     svc = service or MetricsService(cfg)
     page_body = page(cfg)
     page_answer = Answer(
@@ -169,6 +182,14 @@ def build_app(cfg: Config, service: MetricsService | None = None) -> Starlette:
     def today(request: Request) -> Response:
         return conditional(request, svc.today(request.url.query), "application/json")
 
+    def explain_order(request: Request) -> Response:
+        answer = svc.explain_order(str(request.path_params["order_id"]), request.url.query)
+        return conditional(request, answer, "application/json")
+
+    def explain_window(request: Request) -> Response:
+        answer = svc.explain_window(str(request.path_params["time"]), request.url.query)
+        return conditional(request, answer, "application/json")
+
     def openapi(request: Request) -> Response:
         svc.check("/openapi.json", request.url.query)
         return Response(spec, media_type="application/json")
@@ -177,10 +198,14 @@ def build_app(cfg: Config, service: MetricsService | None = None) -> Starlette:
         "/": index,
         "/api/metrics": metrics,
         "/api/today": today,
+        EXPLAIN_ORDER: explain_order,
+        EXPLAIN_WINDOW: explain_window,
         "/openapi.json": openapi,
     }
     assert set(handlers) == {e.path for e in ENDPOINTS}, "serving.openapi.ENDPOINTS and the routes differ"
-    routes = [Route(path, guarded(handler), methods=["GET"]) for path, handler in handlers.items()]
+    routes = [
+        Route(route_path(path), guarded(handler), methods=["GET"]) for path, handler in handlers.items()
+    ]
     routes.append(Route("/index.html", guarded(index), methods=["GET"], include_in_schema=False))
     paths = ", ".join(e.path for e in ENDPOINTS)
 

@@ -5,12 +5,17 @@
   GET /api/metrics?from=T1&to=T2[&as_of=V|T]   the windows of [T1, T2) (at most serve.max_range), as
                                           `lakestream query metrics --format json` prints them
   GET /api/today[?day=YYYY-MM-DD]         one UTC day (default: today) for the page
+  GET /api/explain/order/ID[?as_of=V|T]   why the order's fields are what they are, as
+                                          `lakestream explain order --format json` prints it
+  GET /api/explain/window/T[?as_of=V|T]   why the gold window holding T has its figures, as
+                                          `lakestream explain window --format json` prints it
   GET /openapi.json                       the OpenAPI description of the above
 
 HEAD too; answers carry an ETag per gold version (If-None-Match: 304) and are gzip-compressed when the
-client accepts it. Requests must name an allowed Host (loopback names, ``serve.allowed_hosts``).
-Loopback only unless ``serve.allow_remote`` (``--allow-remote``): there is no authentication. The gold
-table is read once per version (``serving.gold_cache.GoldCache``); a request slices prepared JSON.
+client accepts it; an explanation is read at each request and its ETag is a digest of it. Requests must
+name an allowed Host (loopback names, ``serve.allowed_hosts``). Loopback only unless
+``serve.allow_remote`` (``--allow-remote``): there is no authentication. The gold table is read once per
+version (``serving.gold_cache.GoldCache``); a request slices prepared JSON.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ from lakestream.time import (
     parse_time,
     utc_day,
 )
+from serving.explain_format import order_json, window_json
+from serving.explain_read import EXPLAIN_TIMES, read_order, read_window
 from serving.gold_cache import GoldCache, GoldSnapshot
 from serving.gold_read import (
     LATE_TABLE,
@@ -42,7 +49,8 @@ from serving.gold_read import (
     GoldMissingError,
     GoldReadError,
 )
-from serving.openapi import BY_PATH
+from serving.openapi import BY_PATH, EXPLAIN_ORDER, EXPLAIN_WINDOW
+from storage.time_travel import OutOfReachError
 
 
 class BadRequest(ValueError):
@@ -59,11 +67,13 @@ class BadRequest(ValueError):
 def _params(query: str, path: str) -> dict[str, str]:
     """The query string's parameters for ``path``: each at most once, all known, the required ones there."""
     endpoint = BY_PATH[path]
-    known, required = endpoint.names(), endpoint.required()
+    known, required = endpoint.query_names(), endpoint.required()
     raw = parse_qs(query, keep_blank_values=True)
     unknown = sorted(set(raw) - set(known))
     if unknown:
         takes = f"takes {', '.join(known)}" if known else "takes no parameters"
+        if endpoint.path_names():
+            takes += f" in the query ({', '.join(endpoint.path_names())}: in the path)"
         raise BadRequest(unknown[0], f"unknown parameter {unknown[0]!r}; this endpoint {takes}")
     for name, values in raw.items():
         if len(values) > 1:
@@ -89,8 +99,34 @@ def _digest(*parts: object) -> str:
     return hashlib.sha256("\x1f".join(map(str, parts)).encode()).hexdigest()[:16]
 
 
+def _explain_as_of(text: str | None) -> int | datetime | None:
+    """An explanation's ``as_of``: None (the latest versions), a version or a time; else 400."""
+    if text is None:
+        return None
+    try:
+        return parse_as_of(text, name="as_of")
+    except TimeArgError as exc:
+        raise BadRequest("as_of", str(exc)) from None
+
+
+def _out_of_reach(exc: OutOfReachError) -> BadRequest:
+    """An ``as_of`` no table read can reach, as a 400 naming ``as_of`` (the reader says ``--as-of``)."""
+    message = str(exc)
+    if message.startswith("--as-of"):
+        message = "as_of" + message[len("--as-of") :]
+    return BadRequest("as_of", message)
+
+
+def _explained(document: dict[str, Any], headers: Mapping[str, str] | None = None) -> Answer:
+    """An explanation's answer: its JSON, validated by a digest of it (the read decides what changes)."""
+    body = json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode()
+    etag = f'W/"explain-{hashlib.sha256(body).hexdigest()[:16]}"'
+    return Answer(etag=etag, build=lambda: body, headers=headers or {})
+
+
 class MetricsService:
-    """What the endpoints answer, independent of HTTP: reads through per-version caches."""
+    """What the endpoints answer, independent of HTTP: gold read through per-version caches,
+    explanations read from the tables at each request."""
 
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
@@ -197,6 +233,50 @@ class MetricsService:
             etag=self._today_tag(head["day"], snap.version),
             build=lambda: whole,
             headers={"X-Gold-Version": str(snap.version)},
+        )
+
+    def explain_order(self, order_id: str, query: str) -> Answer:
+        """``/api/explain/order/{order_id}``: what ``lakestream explain order --format json`` prints.
+
+        Read from the tables at each request (not cached: it reads the order's bronze files, few and
+        pruned by statistics). 404 (``ExplainError``) when neither silver nor bronze has the order.
+        """
+        p = _params(query, EXPLAIN_ORDER)
+        if not order_id:
+            raise BadRequest("order_id", "order_id is empty: give the order id after /api/explain/order/")
+        at = _explain_as_of(p.get("as_of"))
+        try:
+            explanation, versions = read_order(self.cfg, order_id, at)
+        except OutOfReachError as exc:
+            if at is None:
+                raise
+            raise _out_of_reach(exc) from None
+        return _explained(order_json(explanation, versions))
+
+    def explain_window(self, time: str, query: str) -> Answer:
+        """``/api/explain/window/{time}``: what ``lakestream explain window --format json`` prints for
+        the gold window holding ``time``, read at each request; header ``X-Gold-Version``. 404
+        (``ExplainError``) when gold has no row for that window."""
+        p = _params(query, EXPLAIN_WINDOW)
+        try:
+            when = parse_time(time, name="time")
+        except TimeArgError as exc:
+            raise BadRequest("time", str(exc)) from None
+        low, high = EXPLAIN_TIMES
+        if not low <= when < high:
+            raise BadRequest(
+                "time", f"time {time!r}: give a time from {iso_utc(low)} to before {iso_utc(high)}"
+            )
+        at = _explain_as_of(p.get("as_of"))
+        try:
+            explanation, facts, versions = read_window(self.cfg, when, at)
+        except OutOfReachError as exc:
+            if at is None:
+                raise
+            raise _out_of_reach(exc) from None
+        return _explained(
+            window_json(explanation, facts, versions),
+            {"X-Gold-Version": str(versions.point.version)},
         )
 
     def _today_tag(self, day: str, gold_version: int | None) -> str:

@@ -6,6 +6,8 @@ code. Needs Chromium (``apt-get install chromium``); without it the test fails a
 
 from __future__ import annotations
 
+import json
+import urllib.request
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
@@ -20,6 +22,7 @@ from deltalake import DeltaTable
 
 from lakestream.config import Config, LakehouseConfig, ServeConfig
 from lakestream.standard import LATE_SCHEMA, QUARANTINE_SCHEMA
+from lakestream.time import iso_utc
 from serving.http_server import HttpServer
 from tests.support.chromium import Browser
 from tests.support.gold_tables import WINDOW, append_rows, backfill, ingest_rows, row, upsert_realtime
@@ -78,8 +81,6 @@ def browser() -> Iterator[Browser]:
 
 
 def _page(browser: Browser) -> dict[str, Any]:
-    import json
-
     value: dict[str, Any] = json.loads(browser.evaluate(READ))
     return value
 
@@ -112,6 +113,15 @@ def test_the_page_shows_todays_numbers_and_follows_a_new_commit(tmp_path: Path, 
         assert (shown["late"], shown["quarantined"]) == ("2", "4")
         assert shown["bars"] == str(2 * len(windows))  # a GMV bar and an orders bar per window
         assert shown["rows"] == str(min(12, len(windows)))
+        # Each window links to its explanation: the newest row (first) and every bar.
+        href = browser.evaluate(
+            "document.querySelector('#windows tbody tr td:first-child a').getAttribute('href')"
+        )
+        assert href == f"/api/explain/window/{iso_utc(windows[-1])}"
+        assert browser.evaluate("document.querySelectorAll('#chart a rect').length") == 2 * len(windows)
+        with urllib.request.urlopen(f"http://127.0.0.1:{httpd.address[1]}{href}", timeout=30) as resp:
+            explained = json.loads(resp.read())
+        assert (explained["window_start"], explained["row"]["gmv"]) == (iso_utc(windows[-1]), "12.34")
         browser.screenshot(tmp_path / "before.png")
 
         # A batch backfill of the first window and a new realtime window: the page follows by itself.
