@@ -37,6 +37,7 @@ REQUIRED = {
     "backfill": ["--from", "2024-06-01", "--to", "2024-06-02"],
     "reconcile": ["--from", "2024-06-01", "--to", "2024-06-02"],
     "query": ["metrics", "--from", "2024-06-01", "--to", "2024-06-02"],
+    "explain": ["order", "1001"],
     "serve": [],
     "demo": [],
 }
@@ -52,6 +53,7 @@ TAKES = {
     "backfill": {"lakehouse"},
     "reconcile": {"lakehouse"},
     "query": set(),  # `query metrics` takes --lakehouse (tests/integration/test_query_metrics.py)
+    "explain": set(),  # `explain order` takes --lakehouse (tests/integration/test_lambda_end_to_end.py)
     "serve": {"lakehouse"},
     "demo": {"lakehouse", "bootstrap_servers"},
 }
