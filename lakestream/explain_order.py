@@ -128,6 +128,17 @@ class Reject:
     ingest_time: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class Change:
+    """An event that set fields of the order when applied (the rule replayed in delivery order)."""
+
+    event: EventRef
+    #: The fields it set, with the values it gave them.
+    values: Mapping[str, Any]
+    #: The silver version that applied it (filled in by the reader; None: not known or not yet).
+    silver_version: int | None = None
+
+
 @dataclass(frozen=True)
 class OrderExplanation:
     """Everything ``explain order`` says about one order."""
@@ -139,6 +150,8 @@ class OrderExplanation:
     rejects: tuple[Reject, ...] = ()
     #: Differences between silver and the fold of the winners (empty: the winners give the row).
     problems: tuple[str, ...] = field(default=())
+    #: How the row came to be: each applied event that set a field, in delivery order.
+    history: tuple[Change, ...] = field(default=())
 
 
 def _ref(row: Mapping[str, Any]) -> EventRef:
@@ -337,8 +350,37 @@ def explain_order(
     explanation = OrderExplanation(order_id, silver, tuple(fields), tuple(timeline_sorted), tuple(rejects))
     problems = _check_replay(explanation, partial, first)
     return OrderExplanation(
-        order_id, silver, tuple(fields), tuple(timeline_sorted), tuple(rejects), tuple(problems)
+        order_id,
+        silver,
+        tuple(fields),
+        tuple(timeline_sorted),
+        tuple(rejects),
+        tuple(problems),
+        _history(refs, partial, first),
     )
+
+
+def _history(
+    refs: Sequence[EventRef], partial: Mapping[int, Mapping[str, Any]], first: Mapping[str, int]
+) -> tuple[Change, ...]:
+    """Replay the applied events with ``SILVER_MERGE`` in delivery order; each that set a field."""
+    fields = [g for g in SILVER_MERGE.groups() if g.value != g.time]  # not the greatest columns
+    row: dict[str, Any] | None = None
+    out: list[Change] = []
+    for i in sorted(first.values()):
+        if i not in partial:
+            continue
+        before = row
+        row = SILVER_MERGE.merge_row(row, partial[i], SILVER_SCHEMA)
+        changed = {
+            g.value: row[g.value]
+            for g in fields
+            if row[_id_column(g)] == refs[i].event_id
+            and (before is None or any(before[c] != row[c] for c in g.moved))
+        }
+        if changed:
+            out.append(Change(refs[i], changed))
+    return tuple(out)
 
 
 def replay_winners(

@@ -85,6 +85,10 @@ def order_json(explanation: OrderExplanation, versions: TableVersions) -> dict[s
             }
             for e in explanation.timeline
         ],
+        "silver_changes": [
+            {"event": _event(c.event), "set": plain(c.values), "silver_version": c.silver_version}
+            for c in explanation.history
+        ],
         "unreadable_records_naming_it": plain(explanation.rejects),
         "problems": list(explanation.problems),
     }
@@ -153,6 +157,11 @@ def order_text(explanation: OrderExplanation, versions: TableVersions) -> str:
             f"  {_value(e.event.event_time)}  {e.event.event_id}  {e.event.source} {e.event.event_type}  "
             f"{e.event.coordinates}  [{'+'.join(e.tables)}]  {e.outcome}: {e.detail}"
         )
+    lines.append("silver changes (the rule replayed in delivery order):")
+    for c in explanation.history:
+        where = "silver version unknown" if c.silver_version is None else f"silver v{c.silver_version}"
+        values = ", ".join(f"{k}={_value(v)}" for k, v in c.values.items())
+        lines.append(f"  {where}: {values}  by {c.event.event_id} ({_value(c.event.event_time)})")
     for r in explanation.rejects:
         lines.append(
             f"  unreadable record naming it: {r.source} {r.topic}/{r.partition}@{r.offset} "

@@ -14,6 +14,7 @@ are read as of that version's commit time. ``--as-of TIME`` reads every table as
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -30,6 +31,7 @@ from lakestream.explain_order import BRONZE_VERSION, OrderExplanation, Reject, e
 from lakestream.explain_window import WindowExplanation, explain_window
 from lakestream.gold import GoldSettings, window_of
 from lakestream.merge_on_read_rule import current_rows
+from lakestream.progress import PROGRESS_SEGMENT
 from lakestream.silver import SILVER_SCHEMA
 from lakestream.standard import BRONZE_SCHEMA, LATE_SCHEMA, QUARANTINE_SCHEMA
 from lakestream.table_names import (
@@ -250,7 +252,49 @@ def read_order(
             + (f"; existing order ids nearby: {', '.join(near)}" if near else "; bronze holds no order yet"),
             fix="check the id (ids are compared as text, exactly)",
         )
-    return explain_order(order_id, silver, bronze, late=late, rejects=rejects), versions
+    explanation = explain_order(order_id, silver, bronze, late=late, rejects=rejects)
+    return _with_silver_versions(cfg, explanation, bronze_dt, versions.point), versions
+
+
+def _with_silver_versions(
+    cfg: Config, explanation: OrderExplanation, bronze: DeltaTable | None, point: ReadPoint
+) -> OrderExplanation:
+    """The history with the silver version that applied each change: the bronze commit holding the
+    event names its checkpoint (its ``txn``), and the silver commit of that checkpoint is the one."""
+    if bronze is None or not explanation.history:
+        return explanation
+    bronze_log = DeltaLog(bronze.table_uri, storage_options=_storage(cfg))
+    silver_log = DeltaLog(cfg.lakehouse.table_uri(point.table), storage_options=_storage(cfg))
+    suffix = f"/{BRONZE_TABLE}"
+    found: dict[int, int | None] = {}
+
+    def silver_version(bronze_version: int) -> int | None:
+        commit = bronze_log.read_commit(bronze_version)
+        if commit is None:
+            return None
+        for app, checkpoint in commit.txn.items():
+            prefix, _, rest = app.partition(":")
+            run_id, _, _subtask = rest.partition(":")
+            if prefix.endswith(suffix) and run_id and run_id != PROGRESS_SEGMENT:
+                job = prefix[: -len(suffix)]
+                return silver_log.version_with_txn(
+                    f"{job}/{point.table}",
+                    run_id,
+                    checkpoint,
+                    near_ms=commit.timestamp_ms,
+                    at_most=point.version,
+                )
+        return None  # a commit without the ingest job's txn: a compaction rewrote the file
+
+    changes = []
+    for change in explanation.history:
+        version = change.event.bronze_version
+        if version is not None and version not in found:
+            found[version] = silver_version(version)
+        changes.append(
+            dataclasses.replace(change, silver_version=None if version is None else found[version])
+        )
+    return dataclasses.replace(explanation, history=tuple(changes))
 
 
 # -- explain window -----------------------------------------------------------------------------------

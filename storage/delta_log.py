@@ -258,6 +258,8 @@ class SnapshotFile:
 #: Commits ``DeltaLog.version_adding`` reads after the first written at or after a file, before it
 #: gives up: a file is committed at the checkpoint after it was written, a few commits later at most.
 _ADD_SEARCH_COMMITS = 64
+#: How long before another table's commit of a checkpoint ``DeltaLog.version_with_txn`` starts looking.
+_TXN_SEARCH_BEFORE_MS = 60_000
 
 
 class DeltaLog:
@@ -391,6 +393,35 @@ class DeltaLog:
         for version in versions[lo : lo + _ADD_SEARCH_COMMITS]:
             commit = self.read_commit(version)
             if commit is not None and any(a.path == path for a in commit.adds):
+                return version
+        return None
+
+    def version_with_txn(
+        self, app_prefix: str, run_id: str, checkpoint: int, *, near_ms: int, at_most: int
+    ) -> int | None:
+        """The version (at most ``at_most``) whose commit landed checkpoint ``checkpoint`` of run ``run_id``
+        for a writer of ``app_prefix``: the first whose ``txn`` of an app id ``<app_prefix>:<run_id>:...``
+        reaches it (a commit may land several checkpoints at once).
+
+        The tables of one checkpoint commit within moments of each other, so the search starts
+        ``_TXN_SEARCH_BEFORE_MS`` before ``near_ms`` (the commit time of another table's share of it).
+        """
+        versions = [v for v in self.commit_versions() if v <= at_most]
+        start_ms = near_ms - _TXN_SEARCH_BEFORE_MS
+        lo, hi = 0, len(versions)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            commit = self.read_commit(versions[mid])
+            if commit is not None and commit.timestamp_ms < start_ms:
+                lo = mid + 1
+            else:
+                hi = mid
+        owner = f"{app_prefix}:{run_id}:"
+        for version in versions[lo : lo + 4 * _ADD_SEARCH_COMMITS]:
+            commit = self.read_commit(version)
+            if commit is None:
+                continue
+            if any(app.startswith(owner) and v >= checkpoint for app, v in commit.txn.items()):
                 return version
         return None
 

@@ -476,6 +476,20 @@ def assert_explained(lakehouse: Path, silver_rows: list[dict[str, Any]], records
         env["LAKESTREAM__TABLES__SILVER_LAYOUT"] = "merge_on_read"
     cfg = load_config(None, environ=env)
     explained, read_at = read_order(cfg, "1001")
+    # The silver version that applied each change holds it (the last change of a field in that version).
+    assert explained.history and all(c.silver_version is not None for c in explained.history)
+    last: dict[tuple[int, str], str] = {}
+    for change in explained.history:
+        assert change.silver_version is not None
+        last.update(((change.silver_version, f), change.event.event_id) for f in change.values)
+    if not merge_on_read(lakehouse):
+        for (version, field_name), event_id in last.items():
+            at_version = DeltaTable(str(lakehouse / "silver/orders"), version=version).to_pyarrow_table()
+            row = at_version.filter(pc.equal(at_version["order_id"], "1001")).to_pylist()[0]
+            assert row[f"{field_name}__eid"] == event_id, (version, field_name)
+            before = DeltaTable(str(lakehouse / "silver/orders"), version=version - 1).to_pyarrow_table()
+            earlier = before.filter(pc.equal(before["order_id"], "1001")).to_pylist()
+            assert not earlier or earlier[0][f"{field_name}__eid"] != event_id, (version, field_name)
     # --as-of the version read, or a time after it, explains the same (the other tables as of then).
     for at in (read_at.point.version, datetime.now(UTC)):
         again, _ = read_order(cfg, "1001", at)

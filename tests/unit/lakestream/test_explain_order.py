@@ -80,6 +80,11 @@ def test_seed_case_haidian_wins_and_the_late_xicheng_is_named_older_and_not_appl
     assert [e.event.event_id for e in out.timeline] == [xicheng.event_id, chaoyang.event_id, haidian.event_id]
     created = next(e for e in out.timeline if e.event.event_id == chaoyang.event_id)
     assert created.outcome == "won" and created.fields_won == ("created_time",)
+    # How the row came to be: the create set every field it offers, the 12:05 update moved the address
+    # (and the fields it offers again); the late 10:00 update set nothing.
+    assert [c.event.event_id for c in out.history] == [chaoyang.event_id, haidian.event_id]
+    assert out.history[0].values["address"] == "朝阳区" and out.history[1].values["address"] == "海淀区"
+    assert "created_time" not in out.history[1].values
 
 
 def test_duplicates_review_quarantine_and_fields_nobody_offers() -> None:
