@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, QueryBuilder, write_deltalake
+from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
 from lakestream.config import Config
@@ -44,9 +44,10 @@ from lakestream.time import format_duration, iso_utc, utc_from_ms
 from maintenance.facts import TableRef
 from maintenance.maintenance_errors import MaintenanceError, TableMissingError
 from maintenance.operations import with_retries
-from storage.delta_log import commit_ms, is_local_uri, local_path, normalize_schema
+from storage.delta_log import commit_ms, is_local_uri, local_path
 from storage.recorded_horizon import recorded_horizon
 from storage.retry_policy import RetryPolicy
+from storage.sql_query import query
 from storage.table_files import table_files
 from storage.time_travel import OutOfReachError, open_table_at
 
@@ -214,22 +215,6 @@ def _literal(t: datetime) -> str:
 def range_predicate(column: str, start: datetime, end: datetime) -> str:
     """``column >= start AND column < end`` as a delta-rs SQL predicate."""
     return f"{column} >= {_literal(start)} AND {column} < {_literal(end)}"
-
-
-def query(sql: str, **tables: DeltaTable) -> pa.Table:
-    """The result of DataFusion ``sql`` over the given tables (by name), read in delta-rs' own engine.
-
-    Not a pyarrow dataset: its scans call the Python file system of delta-rs from Arrow's IO threads,
-    and a CLI process then aborted at interpreter exit now and then ("terminate called without an
-    active exception", exit 134). Strings come back as views, which pyarrow 16 cannot cast, so the
-    stream is imported with plain types.
-    """
-    builder = QueryBuilder()
-    for name, dt in tables.items():
-        builder.register(name, dt)
-    stream = builder.execute(sql)
-    wanted = normalize_schema(pa.schema(stream.schema))
-    return pa.RecordBatchReader.from_stream(stream, schema=wanted).read_all()
 
 
 def read_bronze(dt: DeltaTable, start: datetime, end: datetime) -> pa.Table:

@@ -25,7 +25,6 @@ from batch.backfill import (
     backfill,
     open_bronze,
     open_from,
-    query,
     read_gold,
     recompute,
 )
@@ -34,6 +33,7 @@ from lakestream.gold import GoldSettings
 from lakestream.reconcile_rules import Difference, compare, contiguous_runs, fix_allowed, fixes_on
 from lakestream.standard import TIMESTAMP
 from lakestream.time import iso_utc
+from storage.sql_query import query
 
 UTC = timezone.utc
 VALUE = pa.decimal128(38, 2)

@@ -114,21 +114,16 @@ def scan(
     min_seq: tuple[str, int] | None = None,
     keys: tuple[str, list[str]] | None = None,
     paths: Collection[str] | None = None,
-    path_column: str | None = None,
-    between: tuple[str, Any, Any] | None = None,
 ) -> pa.Table:
     """The table's rows in ``schema``, reading only the files whose statistics allow a match.
 
     ``min_seq`` (column, value): rows with the column above the value, the files read in the order of
     their least value of the column (a changes table's files each hold one sequence, so its rows come
     in sequence order); ``keys`` (column, values): rows whose column holds one of the values;
-    ``paths``: only the files of these paths (as in the log); ``between`` (column, low, high): only the
-    files whose statistics of the column allow a value in ``[low, high)`` (rows are not filtered). Each
-    file's rows are filtered as it is
+    ``paths``: only the files of these paths (as in the log). Each file's rows are filtered as it is
     read, so the peak is the result plus one file. Plain Parquet reads without threads: pyarrow's
     dataset scanner left CLI processes aborting at exit (see ``serving.gold_read.query``).
-    Partition columns come from the log; ``path_column`` (a name) adds each row's file path as in the
-    log. Tables without deletion vectors, as lakestream writes them.
+    Partition columns come from the log. Tables without deletion vectors, as lakestream writes them.
     """
     actions = pa.table(dt.get_add_actions(flatten=True))
     keep = np.ones(actions.num_rows, dtype=bool)
@@ -144,8 +139,6 @@ def scan(
             actions, keep, above = actions.take(order), keep[order], above[order]
     if keys is not None:
         keep &= _may_hold(actions, *keys)
-    if between is not None:
-        keep &= _may_overlap(actions, *between)
     if paths is not None:
         wanted_paths = pa.array(list(paths), pa.string())
         keep &= np.asarray(pc.is_in(actions["path"], value_set=wanted_paths), dtype=bool)
@@ -180,20 +173,13 @@ def scan(
             for f in schema
         ]
         rows = pa.table(columns, names=schema.names).cast(schema)
-        if path_column is not None:
-            rows = rows.append_column(
-                path_column, pa.array([str(file_paths[i])] * rows.num_rows, pa.string())
-            )
         del data, columns
         if min_seq is not None and not above[i]:
             rows = rows.filter(pc.greater(rows[min_seq[0]], pa.scalar(min_seq[1], pa.int64())))
         if keys is not None:
             rows = rows.filter(pc.is_in(rows[keys[0]], value_set=wanted))
         parts.append(rows)
-    if parts:
-        return pa.concat_tables(parts)
-    empty = schema.empty_table()
-    return empty if path_column is None else empty.append_column(path_column, pa.array([], pa.string()))
+    return pa.concat_tables(parts) if parts else schema.empty_table()
 
 
 def _groups_holding(pf: pq.ParquetFile, column: str, wanted: Any) -> list[int]:
@@ -223,18 +209,6 @@ def _may_hold(actions: pa.Table, column: str, values: list[str]) -> Any:
     for i in range(n):
         out[i] = any((lo[i] is None or v >= lo[i]) and (hi[i] is None or v <= hi[i]) for v in values)
     return out
-
-
-def _may_overlap(actions: pa.Table, column: str, low: Any, high: Any) -> Any:
-    """Per file, whether its min/max statistics of ``column`` allow a value in ``[low, high)``."""
-    n = actions.num_rows
-    lo_name, hi_name = f"min.{column}", f"max.{column}"
-    if lo_name not in actions.column_names or hi_name not in actions.column_names:
-        return np.ones(n, dtype=bool)
-    typ = actions.schema.field(lo_name).type
-    starts_before = pc.fill_null(pc.less(actions[lo_name], pa.scalar(high, typ)), True)
-    ends_after = pc.fill_null(pc.greater_equal(actions[hi_name], pa.scalar(low, typ)), True)
-    return np.asarray(pc.and_(starts_before, ends_after), dtype=bool)
 
 
 def changes_above(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -31,7 +32,7 @@ from lakestream.explain_order import BRONZE_VERSION, OrderExplanation, Reject, e
 from lakestream.explain_window import WindowExplanation, explain_window
 from lakestream.gold import GoldSettings, window_of
 from lakestream.merge_on_read_rule import current_rows
-from lakestream.progress import PROGRESS_SEGMENT
+from lakestream.progress import PROGRESS_SEGMENT, kafka_key
 from lakestream.silver import SILVER_SCHEMA
 from lakestream.standard import BRONZE_SCHEMA, LATE_SCHEMA, QUARANTINE_SCHEMA
 from lakestream.table_names import (
@@ -47,12 +48,14 @@ from serving.gold_read import open_gold, read_rows
 from serving.metrics_view import GoldRow
 from storage.delta_log import DeltaLog, normalize_schema
 from storage.object_store import options_for
+from storage.sql_query import literal, query
 from storage.time_travel import OutOfReachError, open_table_at
 
 #: The times an explained window may hold: the readers compare nanosecond timestamps (1677-09-21 to
 #: 2262-04-11) and look for the nearest windows a day around it; outside, refused, not a failed read.
 EXPLAIN_TIMES = (datetime(1678, 1, 1, tzinfo=timezone.utc), datetime(2262, 1, 1, tzinfo=timezone.utc))
-_PATH = "_path"
+#: How far commit times and the ``ingest_time`` a TaskManager stamped may disagree (their clocks).
+CLOCK_SLACK_MS = 60_000
 #: How many existing ids an unknown order's error names.
 NEARBY = 5
 
@@ -162,39 +165,32 @@ def _silver_row(
     return (rows[0] if rows else None), TableVersions(point, versions)
 
 
-def _order_rows(
-    dt: DeltaTable | None, schema: pa.Schema, order_id: str, cfg: Config, *, with_path: bool
-) -> pa.Table:
+def _order_rows(dt: DeltaTable | None, schema: pa.Schema, order_id: str) -> pa.Table:
+    """The rows of ``order_id``: DataFusion skips files by their ``order_id`` statistics and row groups
+    by theirs and by bloom filters (``maintain`` writes bronze's with them, DESIGN.md section 12.1)."""
     if dt is None:
-        empty = schema.empty_table()
-        return empty.append_column(_PATH, pa.array([], pa.string())) if with_path else empty
-    return scan(
-        dt,
-        schema,
-        storage_options=_storage(cfg),
-        keys=("order_id", [order_id]),
-        path_column=_PATH if with_path else None,
-    )
+        return schema.empty_table()
+    rows = query(f"SELECT * FROM t WHERE order_id = {literal(order_id)}", t=dt)
+    return rows.select(schema.names).cast(schema)
 
 
 def _with_bronze_versions(rows: pa.Table, dt: DeltaTable, cfg: Config) -> pa.Table:
-    """Replace the file path column with the bronze version that added the file."""
-    paths = rows[_PATH].to_pylist()
-    if not paths:
-        return rows.drop_columns([_PATH]).append_column(BRONZE_VERSION, pa.array([], pa.int64()))
-    actions = pa.table(dt.get_add_actions(flatten=True)).select(["path", "modification_time"])
-    mtimes = dict(
-        zip(
-            actions["path"].to_pylist(),
-            pc.cast(actions["modification_time"], pa.int64()).to_pylist(),
-            strict=True,
-        )
-    )
+    """Each row with the bronze version that committed it: the first commit whose progress for the
+    row's Kafka partition passed its offset (the job records the next offset in every commit), so the
+    answer holds after compaction or clustering rewrote the file."""
     log = DeltaLog(dt.table_uri, storage_options=_storage(cfg))
-    found = {p: log.version_adding(p, int(mtimes.get(p) or 0), at_most=dt.version()) for p in set(paths)}
-    return rows.drop_columns([_PATH]).append_column(
-        BRONZE_VERSION, pa.array([found[p] for p in paths], pa.int64())
-    )
+    found: list[int | None] = []
+    coords = rows.select(["topic", "partition", "offset", "ingest_time"]).to_pylist()
+    for r in coords:
+        suffix = f":{PROGRESS_SEGMENT}:{kafka_key(r['topic'], int(r['partition']))}"
+        offset = int(r["offset"])
+
+        def passed(txn: Mapping[str, int], suffix: str = suffix, offset: int = offset) -> bool:
+            return any(app.endswith(suffix) and v > offset for app, v in txn.items())
+
+        after = int(r["ingest_time"].timestamp() * 1000) - CLOCK_SLACK_MS
+        found.append(log.first_txn_commit(passed, after_ms=after, at_most=dt.version()))
+    return rows.append_column(BRONZE_VERSION, pa.array(found, pa.int64()))
 
 
 def _rejects_naming(dt: DeltaTable | None, order_id: str) -> list[Reject]:
@@ -230,11 +226,11 @@ def read_order(
     """The explanation of ``order_id`` as of ``at`` and the table versions it was read from."""
     silver, versions = _silver_row(cfg, order_id, at)
     bronze_dt = _open_as_of(cfg, BRONZE_TABLE, versions.point.moment)
-    bronze = _order_rows(bronze_dt, BRONZE_SCHEMA, order_id, cfg, with_path=True)
+    bronze = _order_rows(bronze_dt, BRONZE_SCHEMA, order_id)
     if bronze_dt is not None:
         bronze = _with_bronze_versions(bronze, bronze_dt, cfg)
     late_dt = _open_as_of(cfg, LATE_TABLE, versions.point.moment)
-    late = _order_rows(late_dt, LATE_SCHEMA, order_id, cfg, with_path=False)
+    late = _order_rows(late_dt, LATE_SCHEMA, order_id)
     quarantine_dt = _open_as_of(cfg, QUARANTINE_TABLE, versions.point.moment)
     rejects = _rejects_naming(quarantine_dt, order_id)
     versions.versions.update(
@@ -259,8 +255,9 @@ def read_order(
 def _with_silver_versions(
     cfg: Config, explanation: OrderExplanation, bronze: DeltaTable | None, point: ReadPoint
 ) -> OrderExplanation:
-    """The history with the silver version that applied each change: the bronze commit holding the
-    event names its checkpoint (its ``txn``), and the silver commit of that checkpoint is the one."""
+    """The history with the silver version that applied each change: the bronze commit of the event
+    names its run and checkpoint (its ``txn``); the silver commit that landed that checkpoint (the
+    writers of one checkpoint commit within moments of each other) is the one."""
     if bronze is None or not explanation.history:
         return explanation
     bronze_log = DeltaLog(bronze.table_uri, storage_options=_storage(cfg))
@@ -276,15 +273,14 @@ def _with_silver_versions(
             prefix, _, rest = app.partition(":")
             run_id, _, _subtask = rest.partition(":")
             if prefix.endswith(suffix) and run_id and run_id != PROGRESS_SEGMENT:
-                job = prefix[: -len(suffix)]
-                return silver_log.version_with_txn(
-                    f"{job}/{point.table}",
-                    run_id,
-                    checkpoint,
-                    near_ms=commit.timestamp_ms,
-                    at_most=point.version,
-                )
-        return None  # a commit without the ingest job's txn: a compaction rewrote the file
+                owner = f"{prefix[: -len(suffix)]}/{point.table}:{run_id}:"
+
+                def landed(txn: Mapping[str, int], owner: str = owner, checkpoint: int = checkpoint) -> bool:
+                    return any(app.startswith(owner) and v >= checkpoint for app, v in txn.items())
+
+                after = commit.timestamp_ms - CLOCK_SLACK_MS
+                return silver_log.first_txn_commit(landed, after_ms=after, at_most=point.version)
+        return None  # not a commit of the ingest job
 
     changes = []
     for change in explanation.history:
@@ -411,8 +407,8 @@ def read_window(
     row = rows[0]
     bronze_dt = _open_as_of(cfg, BRONZE_TABLE, point.moment)
     late_dt = _open_as_of(cfg, LATE_TABLE, point.moment)
-    bronze = _window_rows(bronze_dt, BRONZE_SCHEMA, start, end, cfg)
-    late = _window_rows(late_dt, LATE_SCHEMA, start, end, cfg)
+    bronze = _window_rows(bronze_dt, BRONZE_SCHEMA, start, end)
+    late = _window_rows(late_dt, LATE_SCHEMA, start, end)
     explanation = explain_window(start, end, bronze, late, settings)
     realtime, realtime_version, backfills = _window_history(cfg, uri, point.version, row)
     facts = WindowFacts(row, realtime, realtime_version, backfills, _reconcile_rows(cfg, start, point.moment))
@@ -427,13 +423,9 @@ def read_window(
     return explanation, facts, versions
 
 
-def _window_rows(
-    dt: DeltaTable | None, schema: pa.Schema, start: datetime, end: datetime, cfg: Config
-) -> pa.Table:
-    """Rows with event time in ``[start, end)``: files pruned by their event-time statistics."""
+def _window_rows(dt: DeltaTable | None, schema: pa.Schema, start: datetime, end: datetime) -> pa.Table:
+    """Rows with event time in ``[start, end)``: files skipped by their event-time statistics."""
     if dt is None:
         return schema.empty_table()
-    rows = scan(dt, schema, storage_options=_storage(cfg), between=("event_time", start, end))
-    t = rows["event_time"]
-    typ = rows.schema.field("event_time").type
-    return rows.filter(pc.and_(pc.greater_equal(t, pa.scalar(start, typ)), pc.less(t, pa.scalar(end, typ))))
+    where = f"event_time >= {literal(iso_utc(start))} AND event_time < {literal(iso_utc(end))}"
+    return query(f"SELECT * FROM t WHERE {where}", t=dt).select(schema.names).cast(schema)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -255,11 +255,9 @@ class SnapshotFile:
     event_max: Any = None
 
 
-#: Commits ``DeltaLog.version_adding`` reads after the first written at or after a file, before it
-#: gives up: a file is committed at the checkpoint after it was written, a few commits later at most.
-_ADD_SEARCH_COMMITS = 64
-#: How long before another table's commit of a checkpoint ``DeltaLog.version_with_txn`` starts looking.
-_TXN_SEARCH_BEFORE_MS = 60_000
+#: Commits ``DeltaLog.first_txn_commit`` walks after the first at or after its time: a writer's work lands
+#: within a few checkpoints of the time it notes, and each checkpoint is one commit per writer.
+_TXN_SEARCH_COMMITS = 256
 
 
 class DeltaLog:
@@ -374,54 +372,28 @@ class DeltaLog:
             self._cache.popitem(last=False)
         return commit
 
-    def version_adding(self, path: str, modification_time_ms: int, *, at_most: int) -> int | None:
-        """The version (at most ``at_most``) whose commit added the data file ``path`` (as in the log).
-
-        A file is written before the commit that adds it, so that commit is the first at or after the
-        file's modification time that names it: found by a binary search on commit times and a walk
-        forward. None when the commit is no longer in the log (log cleanup) or the search finds no add.
-        """
-        versions = [v for v in self.commit_versions() if v <= at_most]
-        lo, hi = 0, len(versions)
-        while lo < hi:  # the first retained commit written at or after the file (commit times ascend)
-            mid = (lo + hi) // 2
-            commit = self.read_commit(versions[mid])
-            if commit is not None and commit.timestamp_ms < modification_time_ms:
-                lo = mid + 1
-            else:
-                hi = mid
-        for version in versions[lo : lo + _ADD_SEARCH_COMMITS]:
-            commit = self.read_commit(version)
-            if commit is not None and any(a.path == path for a in commit.adds):
-                return version
-        return None
-
-    def version_with_txn(
-        self, app_prefix: str, run_id: str, checkpoint: int, *, near_ms: int, at_most: int
+    def first_txn_commit(
+        self, reached: Callable[[Mapping[str, int]], bool], *, after_ms: int, at_most: int
     ) -> int | None:
-        """The version (at most ``at_most``) whose commit landed checkpoint ``checkpoint`` of run ``run_id``
-        for a writer of ``app_prefix``: the first whose ``txn`` of an app id ``<app_prefix>:<run_id>:...``
-        reaches it (a commit may land several checkpoints at once).
+        """The first version (at most ``at_most``) committed at or after ``after_ms`` whose ``txn`` actions
+        satisfy ``reached``: a binary search on commit times, then a walk forward of at most
+        ``_TXN_SEARCH_COMMITS`` commits. None when no such commit is in the log (or it was cleaned up).
 
-        The tables of one checkpoint commit within moments of each other, so the search starts
-        ``_TXN_SEARCH_BEFORE_MS`` before ``near_ms`` (the commit time of another table's share of it).
+        What a writer's commits record grows with each commit (a checkpoint id, a Kafka offset), so the
+        first commit that reaches a value is the one that landed it.
         """
         versions = [v for v in self.commit_versions() if v <= at_most]
-        start_ms = near_ms - _TXN_SEARCH_BEFORE_MS
         lo, hi = 0, len(versions)
         while lo < hi:
             mid = (lo + hi) // 2
             commit = self.read_commit(versions[mid])
-            if commit is not None and commit.timestamp_ms < start_ms:
+            if commit is not None and commit.timestamp_ms < after_ms:
                 lo = mid + 1
             else:
                 hi = mid
-        owner = f"{app_prefix}:{run_id}:"
-        for version in versions[lo : lo + 4 * _ADD_SEARCH_COMMITS]:
+        for version in versions[lo : lo + _TXN_SEARCH_COMMITS]:
             commit = self.read_commit(version)
-            if commit is None:
-                continue
-            if any(app.startswith(owner) and v >= checkpoint for app, v in commit.txn.items()):
+            if commit is not None and reached(commit.txn):
                 return version
         return None
 

@@ -21,11 +21,12 @@ from urllib.parse import quote
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, write_deltalake
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from lakestream.adapters import orders_db, payments
 from lakestream.config import Config, LakehouseConfig, ServeConfig
 from lakestream.gold import GoldSettings, aggregate, ensure_gold_table, gold_inputs, gold_rows
+from lakestream.progress import kafka_key, progress_app_id
 from lakestream.silver import SILVER_MERGE, SILVER_SCHEMA, silver_source
 from lakestream.standard import StandardEvent, bronze_batch, late_batch
 from lakestream.table_names import BRONZE_TABLE, LATE_TABLE, SILVER_TABLE
@@ -84,6 +85,19 @@ def _commit(write: Any, *args: Any, **kwargs: Any) -> None:
     write(*args, **kwargs)
 
 
+def _progress(events: Sequence[StandardEvent]) -> CommitProperties:
+    """The progress a bronze commit of the ingest job records: per Kafka partition the next offset."""
+    nexts: dict[tuple[str, int], int] = {}
+    for e in events:
+        nexts[(e.topic, e.partition)] = max(nexts.get((e.topic, e.partition), 0), e.offset + 1)
+    app = "job/" + BRONZE_TABLE
+    return CommitProperties(
+        app_transactions=[
+            Transaction(progress_app_id(app, kafka_key(t, p)), n) for (t, p), n in nexts.items()
+        ]
+    )
+
+
 def _silver(uri: str, events: Sequence[StandardEvent], ingest: datetime) -> None:
     """Silver as the ingest job leaves it after ``events``: ``silver_source`` folded by ``SILVER_MERGE``."""
     offers = silver_source(pa.Table.from_batches([bronze_batch(events, ingest_time=ingest)]))
@@ -98,10 +112,17 @@ def build(root: Path) -> Config:
     cfg = Config(lakehouse=LakehouseConfig(root=str(root)), serve=ServeConfig(port=0))
     bronze, late, silver = (cfg.lakehouse.table_uri(t) for t in (BRONZE_TABLE, LATE_TABLE, SILVER_TABLE))
     first_ingest, second_ingest = T0 + timedelta(minutes=5), T0 + timedelta(minutes=6)
-    _commit(write_deltalake, bronze, pa.Table.from_batches([bronze_batch(FIRST, ingest_time=first_ingest)]))
+    first = pa.Table.from_batches([bronze_batch(FIRST, ingest_time=first_ingest)])
+    _commit(write_deltalake, bronze, first, commit_properties=_progress(FIRST))
     _silver(silver, FIRST, first_ingest)
     batch = bronze_batch(SECOND, ingest_time=second_ingest)
-    _commit(write_deltalake, bronze, pa.Table.from_batches([batch]), mode="append")
+    _commit(
+        write_deltalake,
+        bronze,
+        pa.Table.from_batches([batch]),
+        mode="append",
+        commit_properties=_progress(SECOND),
+    )
     stale = late_batch([STALE], watermark=T0 + timedelta(minutes=4), ingest_time=second_ingest)
     _commit(write_deltalake, late, pa.Table.from_batches([stale]))
     _silver(silver, FIRST + SECOND, second_ingest)

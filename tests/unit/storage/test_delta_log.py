@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
@@ -255,24 +255,28 @@ def test_app_versions_lists_every_txn_across_a_log_checkpoint_and_cleaned_up_com
     assert DeltaLog(str(tmp_path / "none")).app_versions() == {}
 
 
-def test_version_adding_finds_the_commit_that_added_each_file(tmp_path: Path) -> None:
-    """Appends, a compaction and more appends: each live file maps to the version whose commit added it."""
+def test_first_txn_commit_finds_the_commit_that_reached_a_value(tmp_path: Path) -> None:
+    """Two writers record a growing value; the first commit whose txn reaches one is found, whatever
+    commits without it (a compaction) come between, and none before ``after_ms`` or past ``at_most``."""
     uri = str(tmp_path / "t")
-    for i in range(6):
-        write_deltalake(uri, pa.table({"x": [i]}), mode="append")
-        if i == 2:
-            DeltaTable(uri).optimize.compact()  # version 3 rewrites the first three files into one
-    dt = DeltaTable(uri)
+    apps = ("job/t:progress:kafka/a/0", "job/t:progress:kafka/b/0")
+    for i in range(8):
+        app = apps[i % 2]
+        props = CommitProperties(app_transactions=[Transaction(app, 10 * (i + 1))])
+        write_deltalake(uri, pa.table({"x": [i]}), mode="append", commit_properties=props)
+        if i == 3:
+            DeltaTable(uri).optimize.compact()  # version 4: no txn
     log = DeltaLog(uri)
-    added: dict[str, int] = {}
-    for version in log.commit_versions():
-        commit = log.read_commit(version)
-        assert commit is not None
-        added.update((add.path, version) for add in commit.adds)
-    actions = pa.table(dt.get_add_actions(flatten=True))
-    paths = actions["path"].to_pylist()
-    mtimes = pc.cast(actions["modification_time"], pa.int64()).to_pylist()
-    assert sorted(added[p] for p in paths) == [3, 4, 5, 6]
-    for path, mtime in zip(paths, mtimes, strict=True):
-        assert log.version_adding(path, mtime, at_most=dt.version()) == added[path]
-    assert log.version_adding(paths[0], 0, at_most=2) is None  # no commit up to version 2 added it
+
+    def passed(app: str, offset: int) -> Callable[[Mapping[str, int]], bool]:
+        return lambda txn: any(a == app and v > offset for a, v in txn.items())
+
+    # a: 10 (v0), 30 (v2), 50 (v5), 70 (v7); b: 20 (v1), 40 (v3), 60 (v6), 80 (v8)
+    assert log.first_txn_commit(passed(apps[0], 29), after_ms=0, at_most=8) == 2
+    assert log.first_txn_commit(passed(apps[0], 30), after_ms=0, at_most=8) == 5
+    assert log.first_txn_commit(passed(apps[1], 55), after_ms=0, at_most=8) == 6
+    assert log.first_txn_commit(passed(apps[1], 80), after_ms=0, at_most=8) is None
+    assert log.first_txn_commit(passed(apps[0], 50), after_ms=0, at_most=6) is None
+    last = log.read_commit(8)
+    assert last is not None
+    assert log.first_txn_commit(passed(apps[0], 0), after_ms=last.timestamp_ms + 1, at_most=8) is None
