@@ -57,6 +57,7 @@ def table_specs(cfg: Config, job_name: str = JOB_NAME) -> dict[str, Any]:
                 schema=schema,
                 partition_by=partition_by,
                 target_file_size=size_mb * 1024 * 1024,
+                bloom_filter_columns=cfg.tables.bloom_filter_columns,
                 **options,
             ),
             app_prefix=f"{job_name}/{table}",

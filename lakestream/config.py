@@ -337,6 +337,9 @@ class TablesConfig:
     #: files of this size it rewrites them in parallel (one 100 MB file: one core, 1.0 s for a
     #: 100k-row MERGE into 150k orders; 16 MB files: 0.6 s).
     merge_target_file_size_mb: int = 16
+    #: Columns whose Parquet bloom filters lakestream's delta-rs writers (MERGE, folds, OPTIMIZE) write,
+    #: where a table has them: ``explain order`` skips every row group without the order.
+    bloom_filter_columns: tuple[str, ...] = ("order_id",)
     #: How ``silver/orders`` is kept current (DESIGN.md section 13). ``copy_on_write``: each checkpoint
     #: MERGEs into it, rewriting every file that holds one of its orders. ``merge_on_read``: each
     #: checkpoint appends its folded rows to ``silver/orders_changes``, and a fold beside the job merges

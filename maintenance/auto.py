@@ -187,6 +187,7 @@ class Maintainer:
                     ref,
                     zorder=action.zorder,
                     partition=exact if len(exact) == len(action.partition) else (),
+                    bloom_filters=self.cfg.tables.bloom_filter_columns,
                     retry=RetryPolicy(max_attempts=settings.retry_attempts),
                 )
                 return (

@@ -129,12 +129,14 @@ def optimize(
     where: str | None = None,
     partition: Sequence[tuple[str, str]] = (),
     target_size: int | None = None,
+    bloom_filters: Sequence[str] = (),
     retry: RetryPolicy | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> OptimizeResult:
     """Compact small files (or Z-order by ``zorder``), in the partitions ``where`` selects.
 
-    ``partition`` (column, value) pairs select one partition (the scheduled maintainer's way).
+    ``partition`` (column, value) pairs select one partition (the scheduled maintainer's way). The
+    rewritten files carry bloom filters of ``bloom_filters`` (``tables.bloom_filter_columns``).
     ``target_size`` defaults to the table's ``delta.targetFileSize`` (delta-rs: else 100 MB).
     """
     policy = retry or RetryPolicy()
@@ -158,13 +160,15 @@ def optimize(
                 list(zorder),
                 partition_filters=filters,
                 target_size=target_size,
-                writer_properties=writer_properties(dt.schema().to_arrow().names),
+                writer_properties=writer_properties(
+                    dt.schema().to_arrow().names, bloom_filters=bloom_filters
+                ),
                 commit_properties=_props("zorder", token),
             )
         return dt.optimize.compact(
             partition_filters=filters,
             target_size=target_size,
-            writer_properties=writer_properties(dt.schema().to_arrow().names),
+            writer_properties=writer_properties(dt.schema().to_arrow().names, bloom_filters=bloom_filters),
             commit_properties=_props("optimize", token),
         )
 

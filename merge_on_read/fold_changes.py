@@ -232,7 +232,9 @@ def _merge(
             source_alias="s",
             target_alias="t",
             streamed_exec=False,  # derive the key-range file filter from the source (sinks.committer)
-            writer_properties=writer_properties(snapshot.schema().to_arrow().names),
+            writer_properties=writer_properties(
+                snapshot.schema().to_arrow().names, bloom_filters=table.bloom_filter_columns
+            ),
             commit_properties=props(source),
         )
         .when_matched_update(table.spec.update_expressions(table.schema, "s", "t"))
@@ -329,7 +331,9 @@ def replace_cells(
                     current.take(order[start:stop]),
                     mode="append",
                     storage_options=options,
-                    writer_properties=writer_properties(current.schema.names),
+                    writer_properties=writer_properties(
+                        current.schema.names, bloom_filters=table.bloom_filter_columns
+                    ),
                 )
             del current, order
         adds = _staged_adds(fs)

@@ -55,6 +55,8 @@ class MergeOnReadTable:
     event_time: str | None = None
     target_file_size: int = DEFAULT_TARGET_FILE_SIZE
     storage_options: Mapping[str, str] | None = None
+    #: Columns the snapshot's files carry bloom filters of (``storage.parquet_encoding``).
+    bloom_filter_columns: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "storage_options", options_for(self.snapshot_uri, self.storage_options))
@@ -72,6 +74,7 @@ class MergeOnReadTable:
             merge=self.spec,
             target_file_size=self.target_file_size,
             storage_options=dict(self.storage_options or {}),
+            bloom_filter_columns=self.bloom_filter_columns,
         )
 
     def open_snapshot(self) -> DeltaTable:
@@ -282,4 +285,5 @@ def silver_mor_table(cfg: Config) -> MergeOnReadTable:
         seq=CHANGE_SEQ,
         event_time=LAST_EVENT_TIME,
         target_file_size=cfg.tables.merge_target_file_size_mb * 1024 * 1024,
+        bloom_filter_columns=cfg.tables.bloom_filter_columns,
     )

@@ -323,7 +323,9 @@ class DeltaCommitter:
             # scanned the whole table. With it, files whose key range misses the batch are skipped
             # (measured: new keys into a 1.2M-row table 1.4 s -> 0.35 s, flat instead of growing).
             streamed_exec=False,
-            writer_properties=writer_properties(self.spec.table_schema.names),
+            writer_properties=writer_properties(
+                self.spec.table_schema.names, bloom_filters=self.spec.bloom_filter_columns
+            ),
             commit_properties=props,
         )
         if self.spec.mode == "upsert":

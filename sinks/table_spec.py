@@ -50,9 +50,12 @@ class TableSpec:
     #: Merge/changes mode: the event-time column whose greatest value each commit records as the table's
     #: freshness (``lakestream.freshness``), with its checkpoint.
     freshness_column: str | None = None
+    #: Columns the files delta-rs writes for this table carry bloom filters of (where it has them).
+    bloom_filter_columns: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "partition_by", tuple(self.partition_by))
+        object.__setattr__(self, "bloom_filter_columns", tuple(self.bloom_filter_columns))
         object.__setattr__(self, "storage_options", options_for(self.table_uri, self.storage_options))
         mode, schema, merge = self.mode, self.schema, self.merge
         if mode not in WRITE_MODES:
