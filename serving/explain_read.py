@@ -20,9 +20,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
@@ -34,7 +36,7 @@ from lakestream.gold import GoldSettings, window_of
 from lakestream.merge_on_read_rule import current_rows
 from lakestream.progress import PROGRESS_SEGMENT, kafka_key
 from lakestream.silver import SILVER_SCHEMA
-from lakestream.standard import BRONZE_SCHEMA, LATE_SCHEMA, QUARANTINE_SCHEMA
+from lakestream.standard import BRONZE_SCHEMA, LATE_SCHEMA
 from lakestream.table_names import (
     BRONZE_TABLE,
     LATE_TABLE,
@@ -46,7 +48,7 @@ from lakestream.time import iso_utc, utc_from_ms
 from merge_on_read.table import folded_through, scan, silver_mor_table
 from serving.gold_read import open_gold, read_rows
 from serving.metrics_view import GoldRow
-from storage.delta_log import DeltaLog, normalize_schema
+from storage.delta_log import DeltaLog, normalize_schema, open_filesystem
 from storage.object_store import options_for
 from storage.sql_query import literal, query
 from storage.time_travel import OutOfReachError, open_table_at
@@ -147,31 +149,27 @@ def _silver_row(
             min_seq=None if through is None else (table.seq, through),
             keys=("order_id", [order_id]),
         )
-        base = (
-            table.schema.empty_table()
-            if snapshot is None
-            else scan(
-                snapshot, table.schema, storage_options=table.storage_options, keys=("order_id", [order_id])
-            )
-        )
+        base = _order_rows(snapshot, table.schema, order_id)
         rows = current_rows(base, pending, table.spec, table.seq).to_pylist()
         versions = {name: point.version, SILVER_TABLE: None if snapshot is None else snapshot.version()}
     else:
         dt, point = _start(cfg, SILVER_TABLE, at, "run `lakestream ingest` first")
-        rows = scan(
-            dt, SILVER_SCHEMA, storage_options=_storage(cfg), keys=("order_id", [order_id])
-        ).to_pylist()
+        rows = _order_rows(dt, SILVER_SCHEMA, order_id).to_pylist()
         versions = {SILVER_TABLE: point.version}
     return (rows[0] if rows else None), TableVersions(point, versions)
 
 
 def _order_rows(dt: DeltaTable | None, schema: pa.Schema, order_id: str) -> pa.Table:
-    """The rows of ``order_id``: DataFusion skips files by their ``order_id`` statistics and row groups
-    by theirs and by bloom filters (``maintain`` writes bronze's with them, DESIGN.md section 12.1)."""
+    """The rows of ``order_id`` in ``schema`` (a column the table lacks is null): DataFusion skips files
+    by their ``order_id`` statistics and row groups by theirs and by bloom filters
+    (``tables.bloom_filter_columns``, DESIGN.md section 12.1)."""
     if dt is None:
         return schema.empty_table()
     rows = query(f"SELECT * FROM t WHERE order_id = {literal(order_id)}", t=dt)
-    return rows.select(schema.names).cast(schema)
+    columns = [
+        rows[f.name] if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type) for f in schema
+    ]
+    return pa.table(columns, names=schema.names).cast(schema)
 
 
 def _with_bronze_versions(rows: pa.Table, dt: DeltaTable, cfg: Config) -> pa.Table:
@@ -197,8 +195,7 @@ def _rejects_naming(dt: DeltaTable | None, order_id: str) -> list[Reject]:
     """Quarantine rows the adapters could not read whose bytes name ``order_id`` as a whole token."""
     if dt is None:
         return []
-    rows = scan(dt, QUARANTINE_SCHEMA)
-    rows = rows.filter(pc.equal(rows["stage"], "adapter"))
+    rows = query("SELECT * FROM t WHERE stage = 'adapter'", t=dt)
     if rows.num_rows == 0:
         return []
     token = r"(^|[^0-9A-Za-z_-])" + re.escape(order_id) + r"([^0-9A-Za-z_-]|$)"
@@ -210,11 +207,19 @@ def _rejects_naming(dt: DeltaTable | None, order_id: str) -> list[Reject]:
 
 
 def nearby_orders(dt: DeltaTable | None, order_id: str, cfg: Config) -> list[str]:
-    """Up to ``NEARBY`` existing order ids around ``order_id`` (from the files whose range holds it)."""
+    """Up to ``NEARBY`` existing order ids around ``order_id``, from one data file of the table (reading
+    every id of a table of tens of millions of events would take seconds to say "not there")."""
     if dt is None:
         return []
-    ids = scan(dt, pa.schema([pa.field("order_id", pa.string())]), storage_options=_storage(cfg))["order_id"]
-    values = sorted({v for v in ids.to_pylist() if v is not None})
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    fs = open_filesystem(dt.table_uri, _storage(cfg))
+    values: list[str] = []
+    for i in pc.array_sort_indices(actions["size_bytes"], order="descending").to_pylist():
+        with fs.open_input_file(unquote(str(actions["path"][i]))) as fh:  # the largest file holding ids
+            ids = pq.read_table(fh, columns=["order_id"], use_threads=False)["order_id"]
+        values = sorted({v for v in ids.to_pylist() if v is not None})
+        if values:
+            break
     at = next((i for i, v in enumerate(values) if v >= order_id), len(values))
     lo = max(0, at - NEARBY // 2)
     return values[lo : lo + NEARBY]
