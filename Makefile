@@ -21,7 +21,7 @@ PYTEST_WORKERS ?= 2
 DEMO_ARGS ?=
 JAVA_SOURCES := $(shell find jvm/src -name '*.java' 2>/dev/null)
 
-.PHONY: demo test unit lint typecheck bootstrap venv jvm jvm-test tools browser bench bench-silver profile clean
+.PHONY: demo test unit lint typecheck bootstrap venv jvm jvm-test tools browser bench bench-silver bench-explain profile clean
 
 demo: bootstrap
 	$(VPY) -m cli demo $(DEMO_ARGS)
@@ -88,6 +88,12 @@ bench: bootstrap
 # --orders 1000000,4000000 --minutes 3 --cow-checkpoints 5. Results in .lakestream/bench-silver/.
 bench-silver: bootstrap
 	$(VPY) -m benchmarks.silver_scale $(BENCH_ARGS)
+
+# explain order at size: 10M silver orders, ~50M bronze events, before and after `maintain`'s compaction
+# writes bloom filters, and the compaction's cost with and without them (benchmarks/explain_scale.py);
+# BENCH_ARGS e.g. --orders 1000000 --samples 50. Results in .lakestream/bench-explain/.
+bench-explain: bootstrap
+	$(VPY) -m benchmarks.explain_scale $(BENCH_ARGS)
 
 # Where the bounded ingest spends its time: py-spy on every Python worker, CPU per process kind
 # (benchmarks/profile.py; summary and raw stacks in .lakestream/bench/profile/).
