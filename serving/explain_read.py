@@ -1,8 +1,9 @@
 """Read what ``explain`` needs from the tables, at one point in time, and explain it.
 
 ``explain order``: the order's silver row (either layout) at ``--as-of``, its bronze and late rows as of
-the same moment (files pruned by their ``order_id`` statistics; each row with the bronze version that
-added its file) and the quarantine rows that could not be adapted but name it; ``explain window``: the
+the same moment (through DataFusion, which skips row groups by bloom filters; each row with the bronze
+version that committed it) and the quarantine rows that could not be adapted but name it; the silver
+version that applied each change of the order; ``explain window``: the
 gold row, bronze's and the late table's rows of the window, the realtime figures a backfill replaced
 (the last gold version where the row was realtime), the reconcile runs that compared it and the
 backfills that wrote it. The explaining itself is ``lakestream.explain_order`` / ``explain_window``.

@@ -35,6 +35,7 @@ from serving.explain_format import order_json, window_json
 from serving.explain_read import read_order, read_window
 from serving.http_server import HttpServer
 from serving.openapi import EXPLAIN_ORDER, EXPLAIN_WINDOW
+from tests.integration.test_serve_hostile import Reply
 
 pytestmark = pytest.mark.integration
 UTC = timezone.utc
@@ -134,16 +135,6 @@ def build(root: Path) -> Config:
     )
     _commit(write_deltalake, gold, rows, mode="append")
     return cfg
-
-
-@dataclass
-class Reply:
-    status: int
-    headers: Mapping[str, str]
-    body: bytes
-
-    def json(self) -> Any:
-        return json.loads(self.body)
 
 
 @dataclass

@@ -7,7 +7,6 @@ is right, not to its own reading of the rule.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -18,32 +17,13 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lakestream.adapters import get_adapter
 from lakestream.explain_order import OUTCOMES, explain_order
-from lakestream.quality import classify
 from lakestream.silver import SILVER_MERGE
 from lakestream.standard import LATE_SCHEMA, StandardEvent
 from tests.support.silver_oracle import oracle_rows
-from tests.unit.lakestream.test_silver import bronze, ev, run
+from tests.unit.lakestream.test_silver import _orders_db, bronze, ev, run
 
 UTC = timezone.utc
-
-
-def _orders_db(op: str, updated_at: str, address: str, offset: int) -> StandardEvent:
-    payload = {
-        "op": op,
-        "order_id": "1001",
-        "user_id": "u1",
-        "amount": "99.0",
-        "status": "created",
-        "address": address,
-        "updated_at": updated_at,
-    }
-    result = get_adapter("orders_db")(
-        json.dumps(payload).encode(), topic="orders", partition=0, offset=offset
-    )
-    assert isinstance(result, StandardEvent)
-    return classify(result, now=datetime(2024, 6, 1, 12, 0, tzinfo=UTC))
 
 
 def late_rows(events: list[StandardEvent], watermark: datetime) -> pa.Table:
