@@ -259,6 +259,7 @@ def explain_order(
     first = {ref.event_id: i for i, ref in enumerate(refs) if counted[i]}
 
     groups = SILVER_MERGE.groups()
+    times = {g.value: g.time for g in groups}
     per_event: dict[int, dict[str, tuple[Outcome, str]]] = {}
     for i, ref in enumerate(refs):
         if ref.quality != "VALID" or first[ref.event_id] != i or i not in partial:
@@ -297,6 +298,9 @@ def explain_order(
             )
             if won:
                 detail = "set " + ", ".join(won)
+            elif outcome == "older" and silver is not None:
+                held = ", ".join(f"{f} {_describe_time(silver.get(times[f]))}" for f in judged)
+                detail = f"event time {_describe_time(ref.event_time)} is older than silver's {held}"
             else:
                 detail = "; ".join(f"{f}: {d}" for f, (o, d) in judged.items() if o == outcome)
         if mark is not None:
