@@ -60,6 +60,8 @@ TOPICS = np.array(["orders.db.changes", "payments.callbacks", "logistics.pushes"
 PARTITIONS = 12
 BLOOM = ("order_id",)
 JOB = "bench"
+#: Bronze's appended files: the size of a busy checkpoint's files, below what compaction leaves alone.
+SINK_FILE_SIZE = 16 * 1024 * 1024
 RUN = "r1"
 
 
@@ -180,6 +182,7 @@ def build(root: Path, orders: int, chunk: int) -> dict[str, Any]:
             mode="append",
             partition_by=["source"],
             writer_properties=plain,
+            target_file_size=SINK_FILE_SIZE,
             commit_properties=_commit(k + 1, _progress(data), BRONZE_TABLE),
         )
         folded = reduce_guarded(silver_source(data), SILVER_MERGE)
