@@ -35,6 +35,7 @@ from serving.explain_format import order_json, window_json
 from serving.explain_read import read_order, read_window
 from serving.http_server import HttpServer
 from serving.openapi import EXPLAIN_ORDER, EXPLAIN_WINDOW
+from storage.delta_log import DeltaLog
 from tests.integration.test_serve_hostile import Reply
 
 pytestmark = pytest.mark.integration
@@ -80,10 +81,19 @@ FIRST = [CREATED, OTHER, ODD, PAID, PAID_AGAIN]
 SECOND = [MOVED, STALE]
 
 
-def _commit(write: Any, *args: Any, **kwargs: Any) -> None:
-    """One commit, a little after the one before: the tables are read as of commit times (ms)."""
-    time.sleep(0.01)
-    write(*args, **kwargs)
+_last_commit_ms = [0]
+
+
+def _commit(write: Any, uri: str, *args: Any, **kwargs: Any) -> None:
+    """One commit, in a later millisecond than the one before (the tables are read as of commit times):
+    it starts once the clock has passed the previous commit's own timestamp."""
+    while time.time() * 1000 <= _last_commit_ms[0]:
+        pass
+    write(uri, *args, **kwargs)
+    dt = DeltaTable(uri)
+    commit = DeltaLog(uri).read_commit(dt.version())
+    assert commit is not None
+    _last_commit_ms[0] = commit.timestamp_ms
 
 
 def _progress(events: Sequence[StandardEvent]) -> CommitProperties:
