@@ -23,6 +23,7 @@ from lakestream.gold import DELIVERY_ORDER, first_deliveries
 from lakestream.merge_spec import GuardGroup
 from lakestream.silver import SILVER_MERGE, SILVER_SCHEMA, silver_source
 from lakestream.standard import EVENT_COLUMNS
+from lakestream.time import iso_utc
 
 #: One outcome per bronze event of the order.
 Outcome = Literal[
@@ -204,7 +205,7 @@ def _partial_rows(events: pa.Table) -> dict[int, dict[str, Any]]:
 
 
 def _describe_time(t: datetime | None) -> str:
-    return "no time" if t is None else t.strftime("%Y-%m-%dT%H:%M:%S.%fZ").replace(".000000Z", "Z")
+    return "no time" if t is None else iso_utc(t)
 
 
 def _judge(
