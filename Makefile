@@ -21,7 +21,7 @@ PYTEST_WORKERS ?= 2
 DEMO_ARGS ?=
 JAVA_SOURCES := $(shell find jvm/src -name '*.java' 2>/dev/null)
 
-.PHONY: demo test unit lint typecheck bootstrap venv jvm jvm-test tools browser bench bench-silver bench-explain profile clean
+.PHONY: demo test unit lint typecheck bootstrap venv jvm jvm-test tools browser bench bench-silver bench-explain bench-freshness profile clean
 
 demo: bootstrap
 	$(VPY) -m cli demo $(DEMO_ARGS)
@@ -94,6 +94,13 @@ bench-silver: bootstrap
 # BENCH_ARGS e.g. --orders 1000000 --samples 50. Results in .lakestream/bench-explain/.
 bench-explain: bootstrap
 	$(VPY) -m benchmarks.explain_scale $(BENCH_ARGS)
+
+# Freshness at size: event -> readable in bronze and in silver's read path at each checkpoint interval, on
+# a seeded silver with half the events updates spread over it (benchmarks/freshness.py); BENCH_ARGS e.g.
+# --orders 1000000,10000000 --minutes 20 --intervals 1s. Results in .lakestream/bench-freshness/.
+bench-freshness: bootstrap
+	$(VPY) -m pip install -q -c requirements-lock.txt -e '.[bench]'
+	$(VPY) -m benchmarks.freshness $(BENCH_ARGS)
 
 # Where the bounded ingest spends its time: py-spy on every Python worker, CPU per process kind
 # (benchmarks/profile.py; summary and raw stacks in .lakestream/bench/profile/).

@@ -7,6 +7,8 @@ Measures (each a few times; spread reported):
               ``--parallelisms`` value (same data), every job vertex's busy ratio from Flink's REST API,
               its ceiling rate and a projection to ``--project-parallelism`` (``benchmarks.busy``)
   latency     unbounded, fixed input rate: producer send -> visible in silver, p50/p95/p99
+  freshness   unbounded at each checkpoint interval on a seeded silver, half the events updates spread over
+              it: send -> readable in bronze and in silver's read path (``benchmarks.freshness``)
   object store the bounded ingest (once per repeat, after the local runs) and the visibility run with the
               lakehouse on a local S3 server the bench starts (``benchmarks.s3_variant``): sustained rate
               as a ratio to the local folder's, visibility p99 against checkpoint interval + 3 s
@@ -636,6 +638,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--latency-seconds", type=float, default=60)
     p.add_argument("--skip-latency", action="store_true")
     p.add_argument(
+        "--freshness-minutes",
+        type=float,
+        default=1.0,
+        help="freshness at size (benchmarks.freshness): input minutes per checkpoint interval (0 = skip)",
+    )
+    p.add_argument("--freshness-orders", type=int, default=1_000_000, help="seeded silver orders")
+    p.add_argument("--freshness-intervals", default="500ms,1s,2s,5s,10s", help="checkpoint intervals")
+    p.add_argument(
         "--memory-minutes",
         type=float,
         default=0,
@@ -778,6 +788,11 @@ def main(argv: list[str] | None = None) -> int:
             "extra_flink": a.set,
             "batch_rows": a.batch_rows,
             "latency": {"rate": a.latency_rate, "seconds": a.latency_seconds, "skipped": a.skip_latency},
+            "freshness": {
+                "minutes": a.freshness_minutes,
+                "orders": a.freshness_orders,
+                "intervals": a.freshness_intervals,
+            },
             "memory": {"minutes": a.memory_minutes, "rate": a.memory_rate, "ttl": a.memory_ttl},
             "parallelisms": parallelisms,
             "project_parallelism": a.project_parallelism,
@@ -992,6 +1007,20 @@ def main(argv: list[str] | None = None) -> int:
                 f"  latency {modes[0]} on S3: "
                 f"{json.dumps({k: v for k, v in r.items() if k != 'memory'})[:600]}",
                 flush=True,
+            )
+        if a.freshness_minutes > 0:
+            from benchmarks import freshness
+
+            results["freshness"] = freshness.sweep(
+                work,
+                bootstrap,
+                freshness.Settings(
+                    orders=[a.freshness_orders],
+                    intervals=[x.strip() for x in a.freshness_intervals.split(",") if x.strip()],
+                    minutes=a.freshness_minutes,
+                    rate=a.latency_rate,
+                    sets=a.set,
+                ),
             )
         if not a.skip_latency:
             from benchmarks import source_lag

@@ -12,7 +12,8 @@ END = "<!-- bench:end -->"
 INTRO = """`make bench` installs the `bench` extra (pyspark 3.5.7, delta-spark 3.3.2, confluent-kafka, psutil,
 py-spy), copies the Spark connector jars (Maven profile `spark-bench`, `jvm/target/lib/spark/`) and runs
 `python -m benchmarks` (`--events N`, `--skip-spark`, `--out DIR`, `--repeat`, `--modes process,thread`,
-`--set flink.key=value`, `--batch-rows`, `--latency-rate`, `--memory-minutes M --memory-rate R`,
+`--set flink.key=value`, `--batch-rows`, `--latency-rate`, `--freshness-minutes M` (0: skip),
+`--freshness-orders N`, `--freshness-intervals 500ms,1s`, `--memory-minutes M --memory-rate R`,
 `--memory-ttl 2m` (default: the configured `dedup_ttl`), `--parallelisms 1,2`, `--project-parallelism 8`,
 `--steady-events N`, `--gold-compare`, `--compare-env LABEL:LAKESTREAM__SECTION__KEY=VALUE` (only paired
 bounded runs of two or more variants), `--skip-object-store`, `--object-store-checkpoints store|local`;
@@ -265,6 +266,7 @@ def markdown(results: dict[str, Any]) -> str:
             "checkpoint's MERGE inserts new keys (updates of old orders would make each MERGE rewrite "
             "the files holding them)."
         )
+    lines += _freshness_lines(results.get("freshness"))
     lines += _object_store_lines(results)
     lines += _memory_lines(results.get("memory"))
     lines += _source_lag_lines(results.get("source_lag"), results.get("source_lag_flink"))
@@ -450,6 +452,23 @@ def _scaling_lines(results: dict[str, Any], spark_sustained: float | None) -> li
         "events/s in the window / its busiest subtask's busy ratio (shown for busy ratios of 5 % and more)."
     )
     return lines
+
+
+def _freshness_lines(runs: list[dict[str, Any]] | None) -> list[str]:
+    """The freshness sweep (``benchmarks.freshness``): one row per checkpoint interval."""
+    if not runs:
+        return []
+    from benchmarks.freshness import markdown as freshness_table
+
+    return [
+        "",
+        "Freshness at size (`benchmarks.freshness`): merge-on-read silver seeded with "
+        f"{runs[0]['orders']:,} orders, half the events updates spread over them, the rest new orders; "
+        "visible = the bronze commit passing the record's offset, and the first silver commit of that "
+        "checkpoint or a later one (silver's read path); target: silver p99 <= 2 s.",
+        "",
+        freshness_table(runs).rstrip("\n"),
+    ]
 
 
 def _verdict(passed: bool | None) -> str:

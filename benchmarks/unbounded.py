@@ -113,14 +113,18 @@ def unbounded_ingest(
     sets: list[str],
     tree: Path,
     place_for: Callable[[Path], RunPlace] = local_place,
+    prepare: Callable[[RunPlace], None] | None = None,
 ) -> Iterator[UnboundedIngest]:
     """Fresh topics (2 partitions each), then the unbounded run in ``work/label``; stopped on exit.
 
-    ``place_for``: where the run's tables and checkpoints go, given its folder (default: in it)."""
+    ``place_for``: where the run's tables and checkpoints go, given its folder (default: in it);
+    ``prepare``: what to put there before the job starts (e.g. a seeded table)."""
     run_dir = work / label
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
     place = place_for(run_dir)
+    if prepare is not None:
+        prepare(place)
     suffix = str(time.time_ns())
     topics, env = source_topics(bootstrap, f"{topic_prefix}{suffix}.", partitions=2)
     env.update(place.env)

@@ -31,6 +31,15 @@ def test_source_lag_lines_name_both_measurements_and_a_failed_flink_run() -> Non
     assert "the run failed" in failed and "p50 480 ms" in failed
 
 
+def test_freshness_lines_give_the_sweep_with_its_seeded_size() -> None:
+    from tests.unit.benchmarks.test_freshness import REPORTED_RUN
+
+    assert report._freshness_lines(None) == [] and report._freshness_lines([]) == []
+    text = "\n".join(report._freshness_lines([REPORTED_RUN]))
+    assert "seeded with 1,000,000 orders" in text and "target: silver p99 <= 2 s" in text
+    assert "| 1,000,000 | mor | 1s | 9,996.1 |" in text
+
+
 def scaling_results() -> dict[str, Any]:
     """A results.json of a p=1/p=2 run, with the recorded busy summaries (test_busy's data)."""
     from tests.unit.benchmarks.test_busy import DATA, recorded

@@ -1,0 +1,129 @@
+"""The pure parts of the freshness benchmark: commits read as checkpoints and offsets, per-event
+visibility from the commits seen, the workload's records."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+
+from benchmarks.freshness import (
+    SeenCommit,
+    Sent,
+    caught_up,
+    checkpoint_phases,
+    markdown,
+    per_minute_p99,
+    quantiles,
+    records,
+    seen_commit,
+    visibility,
+)
+from benchmarks.silver_scale import order_ids
+
+TOPIC = "fresh1.orders_db"
+
+
+def test_a_commit_is_read_as_its_checkpoint_and_its_topic_progress() -> None:
+    txn = {
+        "lakestream-ingest/bronze/order_events:0": 7,
+        "lakestream-ingest/bronze/order_events:progress:kafka/fresh1.orders_db/1": 120,
+        "lakestream-ingest/bronze/order_events:progress:kafka/other.topic/0": 99,
+        "lakestream-ingest/bronze/order_events:progress:watermark/fresh1.orders_db/1": 1_700_000_000_000,
+    }
+    c = seen_commit(3, 12.5, txn, TOPIC)
+    assert (c.version, c.seen_s, c.checkpoint, c.offsets) == (3, 12.5, 7, {1: 120})
+    assert seen_commit(4, 1.0, {}, TOPIC).checkpoint is None
+
+
+def test_visibility_is_the_first_commit_passing_each_offset_then_silvers_checkpoint() -> None:
+    # partition 0: events sent at 0, 1, 2 (offsets 0..2); partition 1: at 0.5, 1.5 (offsets 0..1)
+    sent = [0.0, 0.5, 1.0, 1.5, 2.0]
+    parts = [0, 1, 0, 1, 0]
+    bronze = [
+        SeenCommit(10, 3.0, 1, {0: 2}),  # offsets 0, 1 of partition 0
+        SeenCommit(11, 3.2, 1, {1: 1}),  # offset 0 of partition 1
+        SeenCommit(12, 4.0, None, {}),  # not a sink commit (compaction)
+        SeenCommit(13, 6.0, 2, {0: 3, 1: 2}),
+    ]
+    silver = [SeenCommit(5, 3.5, 1), SeenCommit(6, 9.0, 2)]
+    in_bronze, in_silver = visibility(sent, parts, bronze, silver)
+    assert in_bronze.tolist() == [3.0, 2.7, 2.0, 4.5, 4.0]
+    assert in_silver.tolist() == [3.5, 3.0, 2.5, 7.5, 7.0]
+    assert caught_up(parts, in_silver)
+
+
+def test_events_past_the_last_commit_are_not_seen() -> None:
+    sent, parts = [0.0, 1.0, 2.0], [0, 0, 1]
+    in_bronze, in_silver = visibility(sent, parts, [SeenCommit(1, 2.0, 4, {0: 1})], [])
+    assert in_bronze[0] == 2.0 and math.isnan(in_bronze[1]) and math.isnan(in_bronze[2])
+    assert np.isnan(in_silver).all()
+    assert not caught_up(parts, in_silver)
+    q = quantiles(in_bronze)
+    assert (q["events"], q["missing"], q["p99_s"]) == (3, 2, 2.0)
+
+
+def test_a_minute_with_an_unseen_event_has_no_p99() -> None:
+    sent = [0.0, 30.0, 61.0, 130.0]
+    values = np.array([1.0, 2.0, np.nan, 0.5])
+    assert per_minute_p99(sent, values) == [pytest.approx(1.99), None, 0.5]
+
+
+def test_records_update_the_seeded_orders_and_create_new_ones() -> None:
+    orders, sample = 1000, {3, 500, 999}
+    sent = Sent()
+    batch = list(itertools.islice(records(TOPIC, orders, 0.5, 7, sample, sent), 20_000))
+    seeded = set(order_ids(np.arange(orders, dtype=np.int64)).to_pylist())
+    payloads = [json.loads(value) for _, _, value, _ in batch]
+    updates = [p for p in payloads if p["op"] == "u"]
+    creates = [p for p in payloads if p["op"] == "c"]
+    assert 0.45 < len(updates) / len(batch) < 0.55
+    assert all(p["order_id"] in seeded for p in updates)
+    created = [p["order_id"] for p in creates]
+    assert len(set(created)) == len(created) and not seeded & set(created)
+    assert sent.partitions == [partition for *_, partition in batch]
+    assert [key for _, key, _, _ in batch] == [p["order_id"].encode() for p in payloads]
+    for index in sample:
+        oid = order_ids(np.array([index], dtype=np.int64))[0].as_py()
+        last = [p for p in updates if p["order_id"] == oid][-1]
+        assert sent.last[index] == (last["status"], last["address"])
+
+
+def test_checkpoint_phases_split_a_commit_interval_into_the_checkpoint_and_the_commit_after_it() -> None:
+    completed = {1: (10_000, 10_400), 2: (11_000, 11_600), 3: (12_000, 12_500)}
+    # the poller saw bronze's commits of checkpoints 1 and 2 at epoch 10.5 s and 11.9 s (monotonic + 10)
+    bronze = [SeenCommit(4, 0.5, 1, {0: 5}), SeenCommit(5, 0.6, 1, {1: 3}), SeenCommit(6, 1.9, 2, {0: 9})]
+    phases = checkpoint_phases(completed, bronze, 10.0)
+    assert phases["duration"] == {"p50_s": 0.5, "p99_s": pytest.approx(0.598), "n": 3}
+    assert phases["commit_after"]["n"] == 2
+    assert phases["commit_after"]["p50_s"] == pytest.approx(0.2)
+    assert phases["trigger_gap"]["p50_s"] == 1.0
+
+
+#: One run as ``run_one`` reports it (the fields the report reads).
+REPORTED_RUN: dict[str, Any] = {
+    "orders": 1_000_000,
+    "layout": "mor",
+    "interval": "1s",
+    "sent_per_s": 9996.1,
+    "bronze": {"p50_s": 1.3, "p99_s": 2.6},
+    "silver": {"p50_s": 1.4, "p99_s": 2.9},
+    "silver_p99_by_minute": [2.8, None],
+    "checkpoints": {"duration": {"p50_s": 0.46, "p99_s": 1.25}, "commit_after": {"p50_s": 0.2, "p99_s": 0.4}},
+    "open_s_start": {"silver": 0.004},
+    "open_s_end": {"silver": 0.005},
+    "disk": {"max_disk_over_live": 1.5},
+    "check": {"exactly_once_ok": True},
+}
+
+
+def test_the_report_has_a_row_per_run_and_marks_a_failed_run() -> None:
+    failed = {"orders": 10, "layout": "cow", "interval": "5s", "error": "job died"}
+    rows = markdown([REPORTED_RUN, failed]).splitlines()
+    assert len(rows) == 4 and all(r.count("|") == rows[0].count("|") for r in rows)
+    assert "| 1.4 / 2.9 | unseen | 0.46 / 1.25 | 0.2 / 0.4 |" in rows[2]
+    assert "| 5s | failed |" in rows[3]
