@@ -24,6 +24,7 @@ from lakestream.table_names import (
 from merge_on_read.table import silver_mor_table
 
 if TYPE_CHECKING:  # pragma: no cover
+    from maintenance.in_job import JobMaintenance
     from sources.flink.kafka_input import EndOffsets
 
 JOB_NAME = "lakestream-ingest"
@@ -257,9 +258,30 @@ def build_ingest_job(
             lineage_start_ms=max(seeds.values()) if seeds else None,
         )
     commit_globally(
-        committables, [silver], name="silver committer", uid="ingest-silver-committer", beside=gold
+        committables,
+        [silver],
+        name="silver committer",
+        uid="ingest-silver-committer",
+        beside=gold,
+        maintenance=job_maintenance(cfg) if cfg.maintenance.in_job else None,
     )
     return env
+
+
+def job_maintenance(cfg: Config) -> JobMaintenance:
+    """The tables the ingest job writes, for its own maintenance rounds: a merge-on-read snapshot and
+    its changes table are not compacted (folds keep the snapshot's files sorted and disjoint, and trim
+    the changes)."""
+    from maintenance.in_job import JobMaintenance
+
+    tables = [BRONZE_TABLE, QUARANTINE_TABLE, REVIEW_TABLE, LATE_TABLE, SILVER_TABLE]
+    not_compacted: frozenset[str] = frozenset()
+    if cfg.tables.silver_layout == "merge_on_read":
+        tables.append(SILVER_CHANGES_TABLE)
+        not_compacted = frozenset({SILVER_TABLE, SILVER_CHANGES_TABLE})
+    if cfg.gold.enabled:
+        tables.append(cfg.gold.table)
+    return JobMaintenance(cfg, tuple(tables), not_compacted)
 
 
 def check_silver_layout(cfg: Config, job_name: str = JOB_NAME) -> None:

@@ -387,8 +387,10 @@ class MaintenanceConfig:
     the retention is safe for the jobs and readers (DESIGN.md section 10).
     """
 
-    #: Time between two rounds of ``maintain auto``.
+    #: Time between two rounds of ``maintain auto`` (and of a job's own rounds).
     interval: timedelta = timedelta(minutes=10)
+    #: The ingest job runs these rounds over its own tables itself (``maintenance.in_job``).
+    in_job: bool = True
     #: Table names under the lakehouse root to maintain; empty: every table found there.
     tables: tuple[str, ...] = ()
     small_file_mb: int = 8

@@ -71,12 +71,14 @@ def plan_round(
     *,
     now_ms: int,
     last_vacuum_ms: int | None,
+    compact: bool = True,
 ) -> list[Action]:
-    """The operations one round runs on one table, in order: compaction, checkpoint, vacuum, cleanup."""
+    """The operations one round runs on one table, in order: compaction (unless ``compact`` is false),
+    checkpoint, vacuum, cleanup."""
     actions: list[Action] = []
     zorder = settings.zorder_columns(state.name)
     for part in state.partitions:
-        if part.small_files < settings.min_small_files:
+        if not compact or part.small_files < settings.min_small_files:
             continue
         where = ", ".join(f"{k}={v}" for k, v in part.values) or "whole table"
         reason = (
@@ -135,11 +137,13 @@ def find_tables(root: str) -> list[str]:
 
 @dataclass
 class Maintainer:
-    """Runs rounds over the configured tables; remembers when it last vacuumed each."""
+    """Runs rounds over the configured tables; remembers when it last vacuumed each. Tables in
+    ``not_compacted`` are checkpointed, vacuumed and cleaned up, never compacted."""
 
     cfg: Config
     report: Callable[[str], None] = print
     last_vacuum_ms: dict[str, int] = field(default_factory=dict)
+    not_compacted: frozenset[str] = frozenset()
 
     def tables(self) -> list[str]:
         """The tables of this round."""
@@ -167,7 +171,11 @@ class Maintainer:
                 say(f"{name}: skipped: {exc}")
                 continue
             actions = plan_round(
-                state, settings, now_ms=now_ms(), last_vacuum_ms=self.last_vacuum_ms.get(name)
+                state,
+                settings,
+                now_ms=now_ms(),
+                last_vacuum_ms=self.last_vacuum_ms.get(name),
+                compact=name not in self.not_compacted,
             )
             if not actions:
                 say(f"{name}: nothing to do (version {state.version})")

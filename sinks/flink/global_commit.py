@@ -33,6 +33,7 @@ from sinks.flink.delta_sink import COMMIT_GAUGES, DeltaSinkSpec, gauge_reader
 if TYPE_CHECKING:  # pragma: no cover
     from pyflink.datastream import DataStream
 
+    from maintenance.in_job import BackgroundMaintenance, JobMaintenance
     from merge_on_read.fold_schedule import BackgroundFold
     from sinks.global_committer import GlobalCommitter
     from sinks.writer_metrics import CommitResult
@@ -50,9 +51,10 @@ def committable_row(committable: Committable) -> Row:
 
 
 class GlobalCommitterFunction(ProcessFunction):  # type: ignore[misc]
-    """Commits the committables of the writer subtasks of ``specs`` (all in global commit mode)."""
+    """Commits the committables of the writer subtasks of ``specs`` (all in global commit mode); with
+    ``maintenance``, also runs the job's own maintenance rounds (``maintenance.in_job``)."""
 
-    def __init__(self, specs: Sequence[DeltaSinkSpec]) -> None:
+    def __init__(self, specs: Sequence[DeltaSinkSpec], maintenance: JobMaintenance | None = None) -> None:
         by_prefix: dict[str, DeltaSinkSpec] = {}
         for spec in specs:
             if spec.commit != "global":
@@ -66,6 +68,8 @@ class GlobalCommitterFunction(ProcessFunction):  # type: ignore[misc]
         self.committers: dict[str, GlobalCommitter] = {}
         #: Merge-on-read tables: their folds beside the commits, by app prefix.
         self.folds: dict[str, BackgroundFold] = {}
+        self.maintenance = maintenance
+        self.maintainer: BackgroundMaintenance | None = None
 
     def open(self, runtime_context: RuntimeContext) -> None:
         """The commit gauges of each table (group ``delta_table.<app prefix>``); the subtasks no longer
@@ -78,6 +82,16 @@ class GlobalCommitterFunction(ProcessFunction):  # type: ignore[misc]
             if self.specs[prefix].fold is not None:
                 for gauge, read in fold_gauges(self._fold_of(prefix)).items():
                     group.gauge(gauge, read)
+        if self.maintenance is not None:
+            group = runtime_context.get_metrics_group().add_group("maintenance")
+            group.gauge("maintenanceRounds", lambda: 0 if self.maintainer is None else self.maintainer.rounds)
+            group.gauge(
+                "maintenanceFailures", lambda: 0 if self.maintainer is None else self.maintainer.failures
+            )
+            group.gauge(
+                "lastMaintenanceMs",
+                lambda: 0 if self.maintainer is None else int(self.maintainer.last_round_s * 1000),
+            )
 
     def _fold_of(self, prefix: str) -> Callable[[], BackgroundFold | None]:
         return lambda: self.folds.get(prefix)
@@ -113,6 +127,8 @@ class GlobalCommitterFunction(ProcessFunction):  # type: ignore[misc]
                     self.folds[prefix].committed(result.rows if result.committed else 0)
             return_free_memory()  # a MERGE's working set is freed, but kept by the allocators
         elif kind == END_OF_INPUT:
+            if self.maintainer is not None:
+                self.maintainer.stop()  # the bounded run ends: no round may start after it
             results = [c.end_of_input() for c in self.committers.values()]
             for fold in self.folds.values():
                 fold.finish()  # a bounded run leaves the merge-on-read snapshot complete
@@ -134,9 +150,16 @@ class GlobalCommitterFunction(ProcessFunction):  # type: ignore[misc]
                 from merge_on_read.fold_schedule import BackgroundFold
 
                 self.folds[prefix] = BackgroundFold(spec.fold)
+        if self.maintenance is not None and self.maintainer is None:
+            from maintenance.in_job import BackgroundMaintenance
+
+            self.maintainer = BackgroundMaintenance(self.maintenance).start()
 
     def close(self) -> None:
-        """Drop the collected committables; their manifests stay for the writers' next OPEN."""
+        """Drop the collected committables; their manifests stay for the writers' next OPEN. A running
+        maintenance operation is given a few seconds (the table lock's lease covers one cut off)."""
+        if self.maintainer is not None:
+            self.maintainer.stop(timeout=5.0)
         for committer in self.committers.values():
             committer.close()
 
@@ -181,16 +204,18 @@ def commit_globally(
     name: str,
     uid: str,
     beside: SecondSink | None = None,
+    maintenance: JobMaintenance | None = None,
 ) -> None:
     """Commit the ``COMMITTABLE_TYPE`` rows of ``stream`` (any parallelism) at parallelism 1.
 
     ``beside``: a second sink that runs in the same Python worker, as one two-input operator (one
     Python process fewer); the operator is then named ``<name> + <beside.name>``, same uid.
+    ``maintenance``: the job's own maintenance rounds, run beside the commits.
 
     Operator uids: ``<uid>-markers`` (the marker operator), ``<uid>`` (the committer), ``<uid>-end``.
     """
     marked = with_checkpoint_markers(stream, name=f"{name} markers", uid=f"{uid}-markers", parallelism=1)
-    committer = GlobalCommitterFunction(specs)
+    committer = GlobalCommitterFunction(specs, maintenance)
     if beside is None:
         reports = marked.process(committer, output_type=Types.STRING()).name(name)
     else:

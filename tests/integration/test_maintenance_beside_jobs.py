@@ -229,3 +229,58 @@ def test_a_changefeed_records_its_position_and_vacuum_sees_it(tmp_path: Path, an
     dry = operations.vacuum(ref, cfg, retain_hours=0)
     assert [r.rule for r in dry.verdict.violated] == [f"reader {reader}"]
     assert dry.files and all(files.info(f) is not None for f in dry.files)
+
+
+def maintenance_commits(lakehouse: Path, table: str) -> list[dict[str, object]]:
+    """The commits of ``table`` made by a maintenance operation (compaction, Z-order), oldest first."""
+    if not (lakehouse / table / "_delta_log").is_dir():
+        return []
+    history = DeltaTable(str(lakehouse / table)).history()
+    return [e for e in reversed(history) if e.get("lakestream.maintenance") in ("optimize", "zorder")]
+
+
+def test_the_job_maintains_its_own_tables_while_it_ingests(kafka: str, tmp_path: Path) -> None:
+    """``maintenance.in_job``: the ingest job compacts and checkpoints its tables between its commits,
+    with nobody else maintaining them, and they stay exact."""
+    lakehouse = tmp_path / "lakehouse"
+    topics, env = setup_topics(kafka, tmp_path, lakehouse)
+    env = {
+        **env,
+        "LAKESTREAM__MAINTENANCE__INTERVAL": '"2s"',
+        "LAKESTREAM__MAINTENANCE__MIN_SMALL_FILES": "2",
+        "LAKESTREAM__MAINTENANCE__CHECKPOINT_EVERY": "3",
+    }
+    records, half = build_stream()
+    produce(kafka, topics, records[:half])
+    log = tmp_path / "ingest.log"
+    want = {
+        **expected_counts(records),
+        SILVER: len(expected_silver([r.ev for r in records if r.kind == "valid"])),
+    }
+    job = start_unbounded(env, log)
+    try:
+        deadline = time.monotonic() + 240
+        # Evidence, not time: a compaction of bronze by the job while the first half is in.
+        while not maintenance_commits(lakehouse, "bronze/order_events"):
+            assert job.poll() is None, f"ingest exited:\n{log.read_text()[-4000:]}"
+            assert time.monotonic() < deadline, f"no compaction by the job\n{log.read_text()[-4000:]}"
+            time.sleep(0.5)
+        first = len(maintenance_commits(lakehouse, "bronze/order_events"))
+        rest = records[half:]
+        for k in range(4):  # the second half in chunks: commits keep landing between the rounds
+            produce(kafka, topics, rest[k * len(rest) // 4 : (k + 1) * len(rest) // 4])
+            time.sleep(1)
+        while not (
+            all(table_rows(lakehouse, t) >= n for t, n in want.items())
+            and len(maintenance_commits(lakehouse, "bronze/order_events")) > first
+        ):
+            assert job.poll() is None, f"ingest exited:\n{log.read_text()[-4000:]}"
+            assert time.monotonic() < deadline, f"tables not complete\n{log.read_text()[-4000:]}"
+            time.sleep(0.5)
+    finally:
+        kill_group(job)
+    compacted = {t: len(maintenance_commits(lakehouse, t)) for t in (*APPEND_TABLES, SILVER)}
+    print(f"compactions by the job: {compacted}")
+    assert compacted["bronze/order_events"] >= 2
+    assert (lakehouse / "bronze/order_events" / "_delta_log" / "_last_checkpoint").is_file()
+    assert_tables(lakehouse, records)

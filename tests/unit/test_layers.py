@@ -22,7 +22,7 @@ LAYERS: dict[str, set[str]] = {
     "sources": {"lakestream", "storage"},
     "maintenance": {"lakestream", "storage", "sinks"},
     "merge_on_read": {"lakestream", "storage", "sinks", "maintenance"},
-    "sinks.flink": {"lakestream", "runtime", "storage", "sinks", "merge_on_read"},
+    "sinks.flink": {"lakestream", "runtime", "storage", "sinks", "maintenance", "merge_on_read"},
     "sources.flink": {"lakestream", "runtime", "storage", "sources"},
     "udfs": {"lakestream", "runtime", "storage", "sinks", "sinks.flink"},
     "batch": {"lakestream", "storage", "maintenance"},

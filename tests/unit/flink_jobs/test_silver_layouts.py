@@ -156,3 +156,19 @@ def test_switching_layouts_is_checked(tmp_path: Path) -> None:
     assert "change_seq" in DeltaTable(str(tmp_path / SILVER_TABLE)).schema().to_arrow().names
     with pytest.raises(ConfigError, match="switching back is not supported"):
         check_silver_layout(cow)
+
+
+@pytest.mark.parametrize("layout", ["copy_on_write", "merge_on_read"])
+def test_the_job_maintains_every_table_it_writes_and_compacts_no_merge_on_read_silver(layout: str) -> None:
+    from flink_jobs.ingest import job_maintenance
+
+    cfg = load_config(environ={"LAKESTREAM__TABLES__SILVER_LAYOUT": json.dumps(layout)})
+    task = job_maintenance(cfg)
+    written = {spec.table.table_uri for spec in table_specs(cfg).values()}
+    assert {cfg.lakehouse.table_uri(t) for t in task.tables} >= written
+    if layout == "merge_on_read":
+        assert SILVER_TABLE in task.tables and task.not_compacted == {SILVER_TABLE, "silver/orders_changes"}
+    else:
+        assert task.not_compacted == frozenset()
+    no_gold = job_maintenance(cfg.replace("gold", enabled=False))
+    assert cfg.gold.table not in no_gold.tables

@@ -129,3 +129,15 @@ def test_run_stops_when_asked_between_operations(tmp_path: Path) -> None:
     assert len(lines) == 1 and lines[0].startswith("a/t: vacuum")
     assert run(cfg, once=True, report=lines.append) == 1  # --once: one round over both tables
     assert any(x.startswith("b/t: log cleanup") for x in lines)
+
+
+def test_a_table_left_uncompacted_is_still_checkpointed() -> None:
+    parts = (PartitionFiles((), small_files=40, small_bytes=40_000),)
+    actions = plan_round(
+        state(parts, version=20),
+        settings(vacuum=False, cleanup_logs=False),
+        now_ms=0,
+        last_vacuum_ms=0,
+        compact=False,
+    )
+    assert kinds(actions) == ["checkpoint"]
