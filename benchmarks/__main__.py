@@ -38,7 +38,7 @@ from typing import Any
 from benchmarks import report, requirements, s3_variant
 from benchmarks.s3_variant import BenchStore
 from benchmarks.unbounded import child_env as _child_env
-from benchmarks.unbounded import ingest_run_cmd
+from benchmarks.unbounded import env_overrides, ingest_run_cmd
 from benchmarks.workload import (
     Workload,
     distinct_count,
@@ -746,9 +746,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     a = p.parse_args(argv)
     variants = parse_variants(a.compare_env) if a.compare_env else None
-    if bad := [kv for kv in a.memory_env if not kv.startswith("LAKESTREAM__") or "=" not in kv]:
-        p.error(f"--memory-env {bad[0]!r}: expected LAKESTREAM__SECTION__KEY=VALUE")
-    memory_env = dict(kv.split("=", 1) for kv in a.memory_env)
+    try:
+        memory_env = env_overrides(a.memory_env, "--memory-env")
+    except ValueError as exc:
+        p.error(str(exc))
     if a.only == "serve":
         return _serve_only(a)
     try:

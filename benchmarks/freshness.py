@@ -11,11 +11,11 @@ Visibility of an event: the first bronze commit whose Kafka progress for its par
 offset puts it in bronze; the first silver commit (``silver/orders_changes`` in the merge-on-read
 layout, ``silver/orders`` in copy-on-write) whose checkpoint id reaches that bronze commit's makes it
 readable in silver's read path. A commit's time is when the poller first saw its log file (every
-``POLL_S``), on the send clock. Also per run: the p99 of each minute (held over time), throughput kept
-(events landed / sent), disk use of the lakehouse against the live tables' bytes, ``DeltaTable()`` open
-time of bronze and silver at the start and the end, and at the end the exactly-once check: bronze holds
-every sent record once, and a sample of updated orders reads, through silver's read path, as the last
-update sent to each.
+``POLL_S``), on the send clock. Also per run: the p99 of each minute (held over time), the send rate
+achieved, the checkpoints' duration and the commit after each (Flink's REST API), disk use of the
+lakehouse against the live tables' bytes, ``DeltaTable()`` open time of bronze and silver at the start
+and the end, and at the end the exactly-once check: bronze holds every sent record once, and a sample
+of updated orders reads, through silver's read path, as the last update sent to each.
 
 Run: ``python -m benchmarks.freshness --orders 1000000 --minutes 3`` (``make bench-freshness``).
 """
@@ -43,7 +43,7 @@ from numpy.typing import NDArray
 from benchmarks.latency import Message, paced_send
 from benchmarks.s3_variant import RunPlace
 from benchmarks.silver_scale import ADDRESSES, STATUSES, initial_rows, order_ids
-from benchmarks.unbounded import unbounded_ingest
+from benchmarks.unbounded import env_overrides, unbounded_ingest
 from lakestream import paths
 from lakestream.progress import PROGRESS_SEGMENT, kafka_key
 
@@ -696,8 +696,10 @@ def parse(argv: Sequence[str] | None = None) -> Settings:
     )
     p.add_argument("--out", type=Path, default=paths.STATE_DIR / "bench-freshness")
     a = p.parse_args(argv)
-    if bad := [kv for kv in a.env if not kv.startswith("LAKESTREAM__") or "=" not in kv]:
-        p.error(f"--env {bad[0]!r}: expected LAKESTREAM__SECTION__KEY=VALUE")
+    try:
+        env = env_overrides(a.env, "--env")
+    except ValueError as exc:
+        p.error(str(exc))
     return Settings(
         orders=[int(x) for x in a.orders.split(",") if x.strip()],
         intervals=[x.strip() for x in a.intervals.split(",") if x.strip()],
@@ -708,7 +710,7 @@ def parse(argv: Sequence[str] | None = None) -> Settings:
         disk_every_s=a.disk_every,
         out=a.out,
         sets=a.set,
-        env=dict(kv.split("=", 1) for kv in a.env),
+        env=env,
     )
 
 

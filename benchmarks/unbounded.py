@@ -34,6 +34,14 @@ def source_topics(bootstrap: str, prefix: str, *, partitions: int) -> tuple[dict
     return topics, {f"LAKESTREAM__KAFKA__TOPICS__{s.upper()}": t for s, t in topics.items()}
 
 
+def env_overrides(items: list[str], flag: str) -> dict[str, str]:
+    """``LAKESTREAM__SECTION__KEY=VALUE`` items of a repeatable ``flag`` as a dict; ``ValueError`` naming
+    the flag and the first item that is not one."""
+    if bad := [kv for kv in items if not kv.startswith("LAKESTREAM__") or "=" not in kv]:
+        raise ValueError(f"{flag} {bad[0]!r}: expected LAKESTREAM__SECTION__KEY=VALUE")
+    return dict(kv.split("=", 1) for kv in items)
+
+
 def child_env(**overrides: str) -> dict[str, str]:
     """The parent's environment minus its own lakestream overrides, plus the run's."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESTREAM__")}

@@ -127,3 +127,25 @@ def test_the_report_has_a_row_per_run_and_marks_a_failed_run() -> None:
     assert len(rows) == 4 and all(r.count("|") == rows[0].count("|") for r in rows)
     assert "| 1.4 / 2.9 | unseen | 0.46 / 1.25 | 0.2 / 0.4 |" in rows[2]
     assert "| 5s | failed |" in rows[3]
+
+
+def test_configuration_overrides_are_checked_and_named_by_their_flag(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from benchmarks.freshness import parse
+    from benchmarks.unbounded import env_overrides
+
+    assert env_overrides(['LAKESTREAM__TABLES__SILVER_FOLD_EVERY="1h"'], "--env") == {
+        "LAKESTREAM__TABLES__SILVER_FOLD_EVERY": '"1h"'
+    }
+    with pytest.raises(ValueError, match="--memory-env 'FLINK__X=1'"):
+        env_overrides(["FLINK__X=1"], "--memory-env")
+    with pytest.raises(SystemExit):
+        parse(["--env", "LAKESTREAM__TABLES__SILVER_FOLD_EVERY"])
+    assert "--env 'LAKESTREAM__TABLES__SILVER_FOLD_EVERY': expected" in capsys.readouterr().err
+    settings = parse(["--orders", "1000,2000", "--intervals", "1s, 5s", "--env", "LAKESTREAM__A__B=1"])
+    assert (settings.orders, settings.intervals, settings.env) == (
+        [1000, 2000],
+        ["1s", "5s"],
+        {"LAKESTREAM__A__B": "1"},
+    )
