@@ -170,7 +170,10 @@ class TableInfo:
 def _read(uri: str, columns: Sequence[str]) -> dict[str, list[Any]]:
     from deltalake import DeltaTable
 
-    table = DeltaTable(uri).to_pyarrow_table(columns=list(columns))
+    from storage.sql_query import query
+
+    names = ", ".join(f'"{c}"' for c in columns)
+    table = query(f"SELECT {names} FROM t", t=DeltaTable(uri))
     return {name: table.column(name).to_pylist() for name in columns}
 
 

@@ -20,7 +20,6 @@ from urllib.parse import unquote
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from deltalake import DeltaTable, Field, QueryBuilder
 from deltalake.exceptions import TableNotFoundError
 from deltalake.schema import PrimitiveType
@@ -33,6 +32,7 @@ from sinks.table_bootstrap import open_table
 from sinks.table_spec import DEFAULT_TARGET_FILE_SIZE, TableSpec
 from storage.delta_log import open_filesystem
 from storage.object_store import options_for
+from storage.parquet_read import ParquetFile, parquet_file, read_columns
 
 log = logging.getLogger(__name__)
 
@@ -157,15 +157,15 @@ def scan(
     }
     for i in chosen:
         with fs.open_input_file(unquote(str(file_paths[i]))) as fh:
-            pf = pq.ParquetFile(fh)
+            pf = parquet_file(fh)
             present = [n for n in schema.names if n in pf.schema_arrow.names]
             groups = None if keys is None else _groups_holding(pf, keys[0], wanted)
             if groups == []:
                 continue
             if groups is None:
-                data = pf.read(columns=present, use_threads=False)
+                data = read_columns(pf, present)
             else:
-                data = pf.read_row_groups(groups, columns=present, use_threads=False)
+                data = read_columns(pf, present, row_groups=groups)
         # A column added to the table later (the sequence column) is null in older files.
         columns = [
             data[f.name]
@@ -185,7 +185,7 @@ def scan(
     return pa.concat_tables(parts) if parts else schema.empty_table()
 
 
-def _groups_holding(pf: pq.ParquetFile, column: str, wanted: Any) -> list[int]:
+def _groups_holding(pf: ParquetFile, column: str, wanted: Any) -> list[int]:
     """The row groups of ``pf`` whose ``column`` holds one of ``wanted``, from that column alone.
 
     Key lookups: with random-looking keys every file's range covers every key, so the statistics
@@ -194,7 +194,7 @@ def _groups_holding(pf: pq.ParquetFile, column: str, wanted: Any) -> list[int]:
     """
     out = []
     for g in range(pf.metadata.num_row_groups):
-        values = pf.read_row_group(g, columns=[column], use_threads=False)[column]
+        values = read_columns(pf, [column], row_groups=[g])[column]
         if pc.any(pc.is_in(values, value_set=wanted)).as_py():
             out.append(g)
     return out

@@ -25,7 +25,6 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
@@ -51,6 +50,7 @@ from serving.gold_read import open_gold, read_rows
 from serving.metrics_view import GoldRow
 from storage.delta_log import DeltaLog, normalize_schema, open_filesystem
 from storage.object_store import options_for
+from storage.parquet_read import read_parquet
 from storage.sql_query import literal, query
 from storage.time_travel import OutOfReachError, open_table_at
 
@@ -217,7 +217,7 @@ def nearby_orders(dt: DeltaTable | None, order_id: str, cfg: Config) -> list[str
     values: list[str] = []
     for i in pc.array_sort_indices(actions["size_bytes"], order="descending").to_pylist():
         with fs.open_input_file(unquote(str(actions["path"][i]))) as fh:  # the largest file holding ids
-            ids = pq.read_table(fh, columns=["order_id"], use_threads=False)["order_id"]
+            ids = read_parquet(fh, columns=["order_id"])["order_id"]
         values = sorted({v for v in ids.to_pylist() if v is not None})
         if values:
             break

@@ -19,6 +19,7 @@ from lakestream.time import iso_utc, plain_utc
 from maintenance.auto import find_tables
 from maintenance.maintenance_errors import MaintenanceError
 from storage.delta_log import commit_ms
+from storage.sql_query import query
 from storage.table_files import root_uri
 from storage.time_travel import OutOfReachError, open_table_at
 
@@ -42,22 +43,20 @@ def open_at(path: str | Path, at: At | None) -> DeltaTable:
 def table_summary(path: str | Path, at: At | None = None) -> tuple[int, int]:
     """(row count, version) of one table (at ``at``), counted from the log's file statistics when present.
 
-    Only a table with a file lacking ``numRecords`` is scanned. Reading the log keeps pyarrow's dataset
-    thread pool out of the CLI: a ``lakestream land`` run once aborted at interpreter exit ("terminate
-    called without an active exception") after a scan here.
+    Only a table with a file lacking ``numRecords`` is counted by a scan.
     """
     dt = open_at(path, at)
     counts = pa.table(dt.get_add_actions(flatten=True))["num_records"]
     if counts.null_count == 0:
         return int(pc.sum(counts).as_py() or 0), dt.version()
-    return _scan(dt, path).num_rows, dt.version()
+    return int(_scan(dt, path, "SELECT COUNT(*) AS n FROM t")["n"][0].as_py()), dt.version()
 
 
-def _scan(dt: DeltaTable, path: str | Path, limit: int | None = None) -> pa.Table:
+def _scan(dt: DeltaTable, path: str | Path, sql: str) -> pa.Table:
+    """``sql`` over the table as ``t``, in DataFusion (``storage.parquet_read`` says why not a dataset)."""
     try:
-        dataset = dt.to_pyarrow_dataset()
-        return dataset.head(limit) if limit is not None else dataset.to_table()
-    except (OSError, DeltaError) as exc:
+        return query(sql, t=dt)
+    except (OSError, DeltaError, pa.ArrowException) as exc:
         raise TimeTravelError(
             f"{path} at version {dt.version()}: its data files cannot be read ({str(exc).splitlines()[0]}); "
             "VACUUM deletes the files of old versions once they are older than its retention"
@@ -115,5 +114,5 @@ def print_table_at(path: str | Path, name: str, at: At | None, *, rows: int = 0)
     dt = open_at(path, at)
     print(f"{name} at version {version} (committed {plain_utc(commit_ms(str(path), version))}): {count} rows")
     if rows > 0:
-        for row in _scan(dt, path, limit=rows).to_pylist():
+        for row in _scan(dt, path, f"SELECT * FROM t LIMIT {int(rows)}").to_pylist():
             print("  " + ", ".join(f"{k}={v!r}" for k, v in row.items()))

@@ -36,6 +36,7 @@ from sinks.table_spec import TableSpec
 from sinks.writer_metrics import CommitResult, WriterMetrics
 from storage.delta_log import COUNTERS_KEY, AppVersions, DeltaLog, counter_totals
 from storage.parquet_encoding import pyarrow_options, writer_properties
+from storage.parquet_read import read_parquet
 from storage.retry_policy import RetryPolicy
 
 log = logging.getLogger(__name__)
@@ -348,7 +349,7 @@ class DeltaCommitter:
         """A staged MERGE source: Arrow IPC, or Parquet when staged by a version before IPC staging."""
         with self._files.open_input(path) as fh:
             if path.endswith(".parquet"):
-                return pq.read_table(fh, schema=self.spec.schema)
+                return read_parquet(fh).select(self.spec.schema.names).cast(self.spec.schema)
             return pa.ipc.open_file(fh).read_all().cast(self.spec.schema)
 
 

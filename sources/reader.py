@@ -13,13 +13,13 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from lakestream.time import utc_from_ms
 from sources.batch_plan import BatchPlan, PlannedCdfVersion, PlannedFile
 from sources.options import SourceMode
 from sources.source_errors import DataLossError
 from storage.delta_log import DeltaLog, normalize_schema, normalize_type
+from storage.parquet_read import parquet_file, read_columns
 from storage.read_errors import UnsupportedTableError
 
 CHANGE_TYPE = "_change_type"
@@ -167,9 +167,9 @@ class PlanReader:
         path = self.log.data_file(planned.action.path)
         wanted = [f.name for f in self.read_schema if f.name not in planned.action.partition_values]
         try:
-            pf = pq.ParquetFile(path, filesystem=self.log.fs, coerce_int96_timestamp_unit="us")
+            pf = parquet_file(path, self.log.fs)
             present = set(pf.schema_arrow.names)
-            table = pf.read(columns=[c for c in wanted if c in present])
+            table = read_columns(pf, [c for c in wanted if c in present])
             n = pf.metadata.num_rows
         except FileNotFoundError:
             # Planned files were checked; this one vanished between planning and reading (VACUUM race).

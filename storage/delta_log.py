@@ -20,10 +20,10 @@ from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 
 from lakestream.progress import PROGRESS_SEGMENT
 from lakestream.time import parse_iso
+from storage.parquet_read import read_parquet
 from storage.read_errors import DeltaReadError, UnsupportedTableError
 
 LOG_DIR = "_delta_log"
@@ -328,7 +328,7 @@ class DeltaLog:
             start = max(bases)
             n = next(n for (v, n) in parts if v == start and len(parts[(v, n)]) == n)
             for path in sorted(parts[(start, n)]):
-                txn = pq.read_table(path, columns=["txn"], filesystem=self.fs).column("txn")
+                txn = read_parquet(path, self.fs, columns=["txn"]).column("txn")
                 for entry in txn.drop_null().to_pylist():
                     out[str(entry["appId"])] = int(entry["version"])
             start += 1

@@ -33,7 +33,7 @@ def test_a_file_without_statistics_is_counted_by_scanning(tmp_path: Path) -> Non
         partition_values={},
         modification_time=int(time.time() * 1000),
         data_change=True,
-        stats="",
+        stats=None,  # no statistics: the log entry has none
     )
     DeltaTable(str(uri)).create_write_transaction([add], mode="append", schema=SCHEMA)
     assert table_summary(uri) == (5, 1)
