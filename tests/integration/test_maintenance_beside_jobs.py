@@ -30,8 +30,8 @@ from storage.table_files import table_files
 from tests.integration.test_delta_source_flink import assert_exactly, expected_changes, output_changes
 from tests.integration.test_ingest_end_to_end import assert_tables, build_stream, expected_counts, produce
 from tests.support.cli import run_cli
-from tests.support.delta_tables import lakehouse_env, table_at, table_options
-from tests.support.ingest_job import setup_topics, start_unbounded, table_rows
+from tests.support.delta_tables import lakehouse_env, table_at, table_options, table_version
+from tests.support.ingest_job import setup_topics, start_unbounded, table_rows, wait_for_checkpoints
 from tests.support.silver_oracle import expected_silver
 
 pytestmark = pytest.mark.integration
@@ -142,7 +142,7 @@ def test_optimize_and_vacuum_in_a_loop_beside_an_unbounded_ingest(
         for _ in range(3):
             maintenance_round(cfg, tally, rounds)
             rounds += 1
-            time.sleep(1)
+            wait_for_checkpoints(tmp_path / "checkpoints", 1, job, log)
         stop.set()
         racer.join(timeout=60)
         # The scheduled maintainer, as a user runs it, beside the same job.
@@ -154,7 +154,7 @@ def test_optimize_and_vacuum_in_a_loop_beside_an_unbounded_ingest(
             timeout=120,
         )
         assert "silver/orders:" in auto.stdout and "not done" not in auto.stdout, auto.stdout
-        time.sleep(2)
+        wait_for_checkpoints(tmp_path / "checkpoints", 2, job, log)
     finally:
         stop.set()
         kill_group(job)
@@ -267,20 +267,26 @@ def test_the_job_maintains_its_own_tables_while_it_ingests(kafka: str, tmp_path:
             time.sleep(0.5)
         first = len(maintenance_commits(lakehouse, "bronze/order_events"))
         rest = records[half:]
+        bronze = lakehouse / "bronze/order_events"
         for k in range(4):  # the second half in chunks: commits keep landing between the rounds
+            before = table_version(bronze)
             produce(kafka, topics, rest[k * len(rest) // 4 : (k + 1) * len(rest) // 4])
-            time.sleep(1)
+            while table_version(bronze) == before:  # a commit of this chunk, or a compaction, landed
+                assert job.poll() is None, f"ingest exited:\n{log.read_text()[-4000:]}"
+                assert time.monotonic() < deadline, f"bronze stayed at {before}\n{log.read_text()[-4000:]}"
+                time.sleep(0.2)
         while not (
             all(table_rows(lakehouse, t) >= n for t, n in want.items())
             and len(maintenance_commits(lakehouse, "bronze/order_events")) > first
+            and (bronze / "_delta_log" / "_last_checkpoint").is_file()
         ):
             assert job.poll() is None, f"ingest exited:\n{log.read_text()[-4000:]}"
             assert time.monotonic() < deadline, f"tables not complete\n{log.read_text()[-4000:]}"
             time.sleep(0.5)
+        wait_for_checkpoints(tmp_path / "checkpoints", 2, job, log)  # a late replay would show now
     finally:
         kill_group(job)
     compacted = {t: len(maintenance_commits(lakehouse, t)) for t in (*APPEND_TABLES, SILVER)}
     print(f"compactions by the job: {compacted}")
     assert compacted["bronze/order_events"] >= 2
-    assert (lakehouse / "bronze/order_events" / "_delta_log" / "_last_checkpoint").is_file()
     assert_tables(lakehouse, records)
