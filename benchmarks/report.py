@@ -13,7 +13,8 @@ INTRO = """`make bench` installs the `bench` extra (pyspark 3.5.7, delta-spark 3
 py-spy), copies the Spark connector jars (Maven profile `spark-bench`, `jvm/target/lib/spark/`) and runs
 `python -m benchmarks` (`--events N`, `--skip-spark`, `--out DIR`, `--repeat`, `--modes process,thread`,
 `--set flink.key=value`, `--batch-rows`, `--latency-rate`, `--freshness-minutes M` (0: skip),
-`--freshness-orders N`, `--freshness-intervals 500ms,1s`, `--memory-minutes M --memory-rate R`,
+`--freshness-orders N`, `--freshness-intervals 500ms,1s` (also the bounded runs per interval;
+`--skip-interval-throughput`), `--memory-minutes M --memory-rate R`,
 `--memory-ttl 2m` (default: the configured `dedup_ttl`), `--parallelisms 1,2`, `--project-parallelism 8`,
 `--steady-events N`, `--gold-compare`, `--compare-env LABEL:LAKESTREAM__SECTION__KEY=VALUE` (only paired
 bounded runs of two or more variants), `--skip-object-store`, `--object-store-checkpoints store|local`;
@@ -267,6 +268,7 @@ def markdown(results: dict[str, Any]) -> str:
             "the files holding them)."
         )
     lines += _freshness_lines(results.get("freshness"))
+    lines += _interval_throughput_lines(results.get("interval_throughput"))
     lines += _object_store_lines(results)
     lines += _memory_lines(results.get("memory"))
     lines += _source_lag_lines(results.get("source_lag"), results.get("source_lag_flink"))
@@ -468,6 +470,30 @@ def _freshness_lines(runs: list[dict[str, Any]] | None) -> list[str]:
         "checkpoint or a later one (silver's read path); target: silver p99 <= 2 s.",
         "",
         freshness_table(runs).rstrip("\n"),
+    ]
+
+
+def _ratio(v: float | None) -> str:
+    return "–" if v is None else f"{v:.2f}"
+
+
+def _interval_throughput_lines(r: dict[str, Any] | None) -> list[str]:
+    """Sustained ingest rate at each checkpoint interval, as a ratio of the longest interval's."""
+    if not r or not r.get("sustained_ratio"):
+        return []
+    rates, ratios, base = r["sustained_events_per_s"], r["sustained_ratio"], r["base"]
+    runs = max((len(rs) for rs in r["runs"].values()), default=0)
+    once = all(r["exactly_once_ok"].values())
+    head = "| checkpoint interval | " + " | ".join(rates) + " |"
+    return [
+        "",
+        f"Sustained ingest by checkpoint interval (bounded, merge-on-read silver, paired runs, medians of "
+        f"{runs}; exactly once in every run: {once}); target: 1 s costs at most 20 % of the {base} rate.",
+        "",
+        head,
+        "|---|" + "---|" * len(rates),
+        "| events/s | " + " | ".join(f"{v:,.0f}" for v in rates.values()) + " |",
+        f"| ratio to {base} | " + " | ".join(_ratio(v) for v in ratios.values()) + " |",
     ]
 
 

@@ -141,3 +141,30 @@ def test_cpu_note_takes_the_median_run_and_splits_it_by_process() -> None:
         "; CPU 60.0 µs/event over the sustained part (Python workers 36.0, JVM 24.0; 1.8 cores busy)"
     )
     assert report._cpu_note([{"error": "failed"}]) == ""
+
+
+def test_interval_throughput_lines_give_each_rate_and_its_ratio_to_the_longest_interval() -> None:
+    assert report._interval_throughput_lines(None) == []
+    r = {
+        "base": "10s",
+        "runs": {"1s": [{}, {}, {}], "10s": [{}, {}, {}]},
+        "sustained_events_per_s": {"1s": 32_000.0, "10s": 40_000.0},
+        "sustained_ratio": {"1s": 0.8, "10s": 1.0},
+        "exactly_once_ok": {"1s": True, "10s": True},
+    }
+    text = "\n".join(report._interval_throughput_lines(r))
+    assert "medians of 3" in text and "exactly once in every run: True" in text
+    assert "| checkpoint interval | 1s | 10s |" in text
+    assert "| events/s | 32,000 | 40,000 |" in text and "| ratio to 10s | 0.80 | 1.00 |" in text
+
+
+def test_interval_ratios_are_to_the_base_and_missing_rates_stay_missing() -> None:
+    from benchmarks.__main__ import interval_ratios
+
+    assert interval_ratios({"500ms": 30_000.0, "1s": 36_000.0, "10s": 40_000.0}, "10s") == {
+        "500ms": 0.75,
+        "1s": 0.9,
+        "10s": 1.0,
+    }
+    assert interval_ratios({"1s": 0.0, "10s": 40_000.0}, "10s") == {"1s": None, "10s": 1.0}
+    assert interval_ratios({"1s": 36_000.0, "10s": 0.0}, "10s") == {"1s": None, "10s": None}
