@@ -796,6 +796,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     a = p.parse_args(argv)
     variants = parse_variants(a.compare_env) if a.compare_env else None
+    intervals = [x.strip() for x in a.freshness_intervals.split(",") if x.strip()]
     try:
         memory_env = env_overrides(a.memory_env, "--memory-env")
     except ValueError as exc:
@@ -980,7 +981,7 @@ def main(argv: list[str] | None = None) -> int:
                 work,
                 bootstrap,
                 wl,
-                [x.strip() for x in a.freshness_intervals.split(",") if x.strip()],
+                intervals,
                 repeat=a.repeat,
                 mode=modes[0],
                 sets=a.set,
@@ -1079,7 +1080,7 @@ def main(argv: list[str] | None = None) -> int:
                 bootstrap,
                 freshness.Settings(
                     orders=[a.freshness_orders],
-                    intervals=[x.strip() for x in a.freshness_intervals.split(",") if x.strip()],
+                    intervals=intervals,
                     minutes=a.freshness_minutes,
                     rate=a.latency_rate,
                     sets=a.set,
