@@ -136,8 +136,11 @@ class Change:
     event: EventRef
     #: The fields it set, with the values it gave them.
     values: Mapping[str, Any]
-    #: The silver version that applied it (filled in by the reader; None: not known or not yet).
+    #: The silver version that applied it (filled in by the reader; None: not known or not yet) ...
     silver_version: int | None = None
+    #: ... and its table: the changes table of a merge-on-read silver, or ``silver/orders`` (also for
+    #: changes applied by copy-on-write runs before a switch to merge-on-read).
+    silver_table: str | None = None
 
 
 @dataclass(frozen=True)
@@ -386,6 +389,20 @@ def _history(
         if changed:
             out.append(Change(refs[i], changed))
     return tuple(out)
+
+
+def shows_change(history: Sequence[Change], index: int, row: Mapping[str, Any] | None) -> bool:
+    """Whether silver's ``row`` shows ``history[index]`` applied: a field it set holds its event or the
+    event of a later change of that field. The history replays the order's events in delivery order,
+    so before the change lands its fields hold earlier changes' events."""
+    if row is None:
+        return False
+    ids = {g.value: _id_column(g) for g in SILVER_MERGE.groups()}
+    for name in history[index].values:
+        holders = {c.event.event_id for c in history[index:] if name in c.values}
+        if row.get(ids[name]) in holders:
+            return True
+    return False
 
 
 def replay_winners(

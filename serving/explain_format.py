@@ -86,7 +86,12 @@ def order_json(explanation: OrderExplanation, versions: TableVersions) -> dict[s
             for e in explanation.timeline
         ],
         "silver_changes": [
-            {"event": _event(c.event), "set": plain(c.values), "silver_version": c.silver_version}
+            {
+                "event": _event(c.event),
+                "set": plain(c.values),
+                "silver_version": c.silver_version,
+                "silver_table": c.silver_table,
+            }
             for c in explanation.history
         ],
         "unreadable_records_naming_it": plain(explanation.rejects),
@@ -159,7 +164,9 @@ def order_text(explanation: OrderExplanation, versions: TableVersions) -> str:
         )
     lines.append("silver changes (the rule replayed in delivery order):")
     for c in explanation.history:
-        where = "silver version unknown" if c.silver_version is None else f"silver v{c.silver_version}"
+        where = f"{c.silver_table} v{c.silver_version}"
+        if c.silver_version is None:
+            where = "silver version unknown"
         values = ", ".join(f"{k}={_value(v)}" for k, v in c.values.items())
         lines.append(f"  {where}: {values}  by {c.event.event_id} ({_value(c.event.event_time)})")
     for r in explanation.rejects:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -30,7 +30,7 @@ from deltalake.exceptions import TableNotFoundError
 
 from lakestream.config import Config
 from lakestream.errors import LakestreamError
-from lakestream.explain_order import BRONZE_VERSION, OrderExplanation, Reject, explain_order
+from lakestream.explain_order import BRONZE_VERSION, OrderExplanation, Reject, explain_order, shows_change
 from lakestream.explain_window import WindowExplanation, explain_window
 from lakestream.gold import GoldSettings, window_of
 from lakestream.merge_on_read_rule import current_rows
@@ -48,7 +48,7 @@ from lakestream.time import iso_utc, utc_from_ms
 from merge_on_read.table import folded_through, scan, silver_mor_table
 from serving.gold_read import open_gold, read_rows
 from serving.metrics_view import GoldRow
-from storage.delta_log import DeltaLog, normalize_schema, open_filesystem
+from storage.delta_log import DeltaLog, DeltaLogError, normalize_schema, open_filesystem
 from storage.object_store import options_for
 from storage.parquet_read import read_parquet
 from storage.sql_query import literal, query
@@ -137,10 +137,18 @@ def _start(cfg: Config, name: str, at: int | datetime | None, missing: str) -> t
 def _silver_row(
     cfg: Config, order_id: str, at: int | datetime | None
 ) -> tuple[dict[str, Any] | None, TableVersions]:
+    """Silver's row of ``order_id`` as of ``at`` and where it was read. Merge-on-read reads from the
+    changes table (``at`` a version of it); before its first commit (a lakehouse copy-on-write wrote)
+    ``silver/orders`` alone, as in copy-on-write."""
+    missing = "run `lakestream ingest` first"
+    changes: DeltaTable | None = None
     if cfg.tables.silver_layout == "merge_on_read":
+        try:
+            changes, point = _start(cfg, SILVER_CHANGES_TABLE, at, missing)
+        except ExplainError:
+            changes = None
+    if changes is not None:
         table = silver_mor_table(cfg)
-        name = SILVER_CHANGES_TABLE
-        changes, point = _start(cfg, name, at, "run `lakestream ingest` first")
         snapshot = _open_as_of(cfg, SILVER_TABLE, point.moment)
         through = None if snapshot is None else folded_through(snapshot)
         pending = scan(
@@ -152,9 +160,12 @@ def _silver_row(
         )
         base = _order_rows(snapshot, table.schema, order_id)
         rows = current_rows(base, pending, table.spec, table.seq).to_pylist()
-        versions = {name: point.version, SILVER_TABLE: None if snapshot is None else snapshot.version()}
+        versions = {
+            SILVER_CHANGES_TABLE: point.version,
+            SILVER_TABLE: None if snapshot is None else snapshot.version(),
+        }
     else:
-        dt, point = _start(cfg, SILVER_TABLE, at, "run `lakestream ingest` first")
+        dt, point = _start(cfg, SILVER_TABLE, at, missing)
         rows = _order_rows(dt, SILVER_SCHEMA, order_id).to_pylist()
         versions = {SILVER_TABLE: point.version}
     return (rows[0] if rows else None), TableVersions(point, versions)
@@ -255,48 +266,116 @@ def read_order(
             fix="check the id (ids are compared as text, exactly)",
         )
     explanation = explain_order(order_id, silver, bronze, late=late, rejects=rejects)
-    return _with_silver_versions(cfg, explanation, bronze_dt, versions.point), versions
+    return _with_silver_versions(cfg, explanation, bronze_dt, versions), versions
 
 
 def _with_silver_versions(
-    cfg: Config, explanation: OrderExplanation, bronze: DeltaTable | None, point: ReadPoint
+    cfg: Config, explanation: OrderExplanation, bronze: DeltaTable | None, read: TableVersions
 ) -> OrderExplanation:
-    """The history with the silver version that applied each change: the bronze commit of the event
-    names its run and checkpoint (its ``txn``); the silver commit that landed that checkpoint (the
-    writers of one checkpoint commit within moments of each other) is the one."""
+    """The history with the silver table and version that applied each change.
+
+    The bronze commit of an event names its run and, per writer subtask, the last checkpoint it landed
+    (its ``txn``); one commit can land several checkpoints (skipped COMMITs, the end of a bounded
+    input), so the event's checkpoint lies after what the previous commit recorded and at most what
+    this one records. The silver commits of that run covering that range are the candidates; the
+    first whose row shows the change applied is the one (``shows_change``; the last candidate when
+    none does). In merge-on-read they are commits of the changes table, or, for a change a
+    copy-on-write run applied before the switch, of ``silver/orders`` (folds commit there under their
+    own txn id, never the job's).
+    """
     if bronze is None or not explanation.history:
         return explanation
+    point = read.point
+    # (table, newest version read), in the order they are searched.
+    tables = [(point.table, point.version)]
+    if point.table == SILVER_CHANGES_TABLE and (snapshot := read.versions.get(SILVER_TABLE)) is not None:
+        tables.append((SILVER_TABLE, snapshot))
     bronze_log = DeltaLog(bronze.table_uri, storage_options=_storage(cfg))
-    silver_log = DeltaLog(cfg.lakehouse.table_uri(point.table), storage_options=_storage(cfg))
-    suffix = f"/{BRONZE_TABLE}"
-    found: dict[int, int | None] = {}
-
-    def silver_version(bronze_version: int) -> int | None:
-        commit = bronze_log.read_commit(bronze_version)
-        if commit is None:
-            return None
-        for app, checkpoint in commit.txn.items():
-            prefix, _, rest = app.partition(":")
-            run_id, _, _subtask = rest.partition(":")
-            if prefix.endswith(suffix) and run_id and run_id != PROGRESS_SEGMENT:
-                owner = f"{prefix[: -len(suffix)]}/{point.table}:{run_id}:"
-
-                def landed(txn: Mapping[str, int], owner: str = owner, checkpoint: int = checkpoint) -> bool:
-                    return any(app.startswith(owner) and v >= checkpoint for app, v in txn.items())
-
-                after = commit.timestamp_ms - CLOCK_SLACK_MS
-                return silver_log.first_txn_commit(landed, after_ms=after, at_most=point.version)
-        return None  # not a commit of the ingest job
-
+    logs = {t: DeltaLog(cfg.lakehouse.table_uri(t), storage_options=_storage(cfg)) for t, _ in tables}
+    candidates: dict[int, tuple[str, list[int]]] = {}
+    rows: dict[tuple[str, int], dict[str, Any] | None] = {}
+    history = explanation.history
     changes = []
-    for change in explanation.history:
+    for i, change in enumerate(history):
         version = change.event.bronze_version
-        if version is not None and version not in found:
-            found[version] = silver_version(version)
+        if version is not None and version not in candidates:
+            after = int(change.event.ingest_time.timestamp() * 1000) - CLOCK_SLACK_MS
+            candidates[version] = next(
+                (
+                    (table, found)
+                    for table, at_most in tables
+                    if (found := _silver_candidates(bronze_log, version, logs[table], table, after, at_most))
+                ),
+                ("", []),
+            )
+        table, found = ("", []) if version is None else candidates[version]
+        chosen = found[-1] if found else None
+        for v in found[:-1]:
+            if (table, v) not in rows:
+                rows[(table, v)] = _silver_row_at(cfg, table, v, explanation.order_id)
+            if shows_change(history, i, rows[(table, v)]):
+                chosen = v
+                break
         changes.append(
-            dataclasses.replace(change, silver_version=None if version is None else found[version])
+            dataclasses.replace(change, silver_version=chosen, silver_table=table if found else None)
         )
     return dataclasses.replace(explanation, history=tuple(changes))
+
+
+def _silver_row_at(cfg: Config, table: str, version: int, order_id: str) -> dict[str, Any] | None:
+    """Silver's row of ``order_id`` after commit ``version`` of ``table`` (one of silver's tables)."""
+    if table == SILVER_CHANGES_TABLE:
+        return _silver_row(cfg, order_id, version)[0]
+    dt = open_table_at(cfg.lakehouse.table_uri(table), version, name="--as-of", storage_options=_storage(cfg))
+    rows = _order_rows(dt, SILVER_SCHEMA, order_id).to_pylist()
+    return rows[0] if rows else None
+
+
+def _silver_candidates(
+    bronze_log: DeltaLog,
+    bronze_version: int,
+    silver_log: DeltaLog,
+    silver_table: str,
+    after_ms: int,
+    at_most: int,
+) -> list[int]:
+    """The silver versions that may have applied an event of ``bronze_version``, ascending (see
+    ``_with_silver_versions``); empty when that commit is not the ingest job's or its silver commits
+    are not in the log."""
+    commit = bronze_log.read_commit(bronze_version)
+    if commit is None:
+        return []
+    suffix = f"/{BRONZE_TABLE}"
+    landed: dict[str, int] = {}
+    owner = ""
+    for app, checkpoint in commit.txn.items():
+        prefix, _, rest = app.partition(":")
+        run_id = rest.partition(":")[0]
+        if prefix.endswith(suffix) and run_id and run_id != PROGRESS_SEGMENT:
+            landed[app] = checkpoint
+            owner = f"{prefix[: -len(suffix)]}/{silver_table}:{run_id}:"
+    if not landed:
+        return []  # not a commit of the ingest job
+    try:
+        before = bronze_log.app_versions(bronze_version - 1) if bronze_version > 0 else {}
+    except DeltaLogError:
+        before = {}  # the log was cleaned up: any earlier checkpoint of the run
+    low = min(before.get(app, 0) for app in landed) + 1
+    high = max(landed.values())
+
+    def reaching(checkpoint: int) -> Callable[[Mapping[str, int]], bool]:
+        return lambda txn: any(app.startswith(owner) and v >= checkpoint for app, v in txn.items())
+
+    first = silver_log.first_txn_commit(reaching(low), after_ms=after_ms, at_most=at_most)
+    last = silver_log.first_txn_commit(reaching(high), after_ms=after_ms, at_most=at_most)
+    if first is None or last is None:
+        return [] if last is None else [last]
+    out = []
+    for v in range(first, last + 1):
+        silver_commit = silver_log.read_commit(v)
+        if silver_commit is not None and any(app.startswith(owner) for app in silver_commit.txn):
+            out.append(v)
+    return out
 
 
 # -- explain window -----------------------------------------------------------------------------------

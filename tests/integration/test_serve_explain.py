@@ -35,6 +35,7 @@ from serving.explain_format import order_json, window_json
 from serving.explain_read import read_order, read_window
 from serving.http_server import HttpServer
 from serving.openapi import EXPLAIN_ORDER, EXPLAIN_WINDOW
+from sinks.ownership import EOI_CHECKPOINT_ID
 from storage.delta_log import DeltaLog
 from tests.integration.test_serve_hostile import Reply
 
@@ -245,6 +246,41 @@ def test_order_ids_are_url_decoded_and_compared_exactly(served: Served) -> None:
     assert body == _as_json(order_json(*read_order(served.cfg, ODD_ID, None)))
     assert served.get("/api/explain/order/" + quote(ODD_ID.lower(), safe="")).status == 404
     assert served.get("/api/explain/order/%201001").status == 404  # " 1001" is another id
+
+
+@pytest.mark.parametrize("landed", [2, EOI_CHECKPOINT_ID], ids=["skipped-commit", "end-of-input"])
+def test_a_bronze_commit_of_two_checkpoints_names_the_silver_version_of_each_change(
+    tmp_path: Path, landed: int
+) -> None:
+    """Bronze landed checkpoints 1 and 2 in one commit (a skipped COMMIT, or the end of a bounded input)
+    while silver committed each: the order's creation was applied by silver's first commit, the move by
+    its second; the bronze commit's own checkpoint names only the second."""
+    cfg = Config(lakehouse=LakehouseConfig(root=str(tmp_path / "lakehouse")))
+    bronze, silver = cfg.lakehouse.table_uri(BRONZE_TABLE), cfg.lakehouse.table_uri(SILVER_TABLE)
+    ingest = datetime.now(UTC)
+    both = [CREATED, MOVED]
+    progress = _progress(both).app_transactions or []
+    bronze_txn = CommitProperties(
+        app_transactions=[*progress, Transaction(f"job/{BRONZE_TABLE}:run1:0", landed)]
+    )
+    _commit(
+        write_deltalake,
+        bronze,
+        pa.Table.from_batches([bronze_batch(both, ingest_time=ingest)]),
+        commit_properties=bronze_txn,
+    )
+    for checkpoint, events in ((1, [CREATED]), (landed, both)):
+        offers = silver_source(pa.Table.from_batches([bronze_batch(events, ingest_time=ingest)]))
+        rows = SILVER_MERGE.fold_rows(offers.to_pylist(), SILVER_SCHEMA)
+        table = pa.Table.from_pylist(list(rows.values()), schema=SILVER_SCHEMA)
+        txn = CommitProperties(app_transactions=[Transaction(f"job/{SILVER_TABLE}:run1:0", checkpoint)])
+        _commit(write_deltalake, silver, table, mode="overwrite", commit_properties=txn)
+
+    explained, _ = read_order(cfg, "1001")
+    assert [
+        (c.event.event_id, c.event.bronze_version, c.silver_table, c.silver_version)
+        for c in explained.history
+    ] == [("e1", 0, SILVER_TABLE, 0), ("e5", 0, SILVER_TABLE, 1)]
 
 
 # -- windows --------------------------------------------------------------------------------------------

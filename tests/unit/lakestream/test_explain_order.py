@@ -17,7 +17,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lakestream.explain_order import OUTCOMES, explain_order
+from lakestream.explain_order import OUTCOMES, explain_order, shows_change
 from lakestream.silver import SILVER_MERGE
 from lakestream.standard import LATE_SCHEMA, StandardEvent
 from tests.support.silver_oracle import oracle_rows
@@ -65,6 +65,21 @@ def test_seed_case_haidian_wins_and_the_late_xicheng_is_named_older_and_not_appl
     assert [c.event.event_id for c in out.history] == [chaoyang.event_id, haidian.event_id]
     assert out.history[0].values["address"] == "朝阳区" and out.history[1].values["address"] == "海淀区"
     assert "created_time" not in out.history[1].values
+
+
+def test_a_silver_row_shows_a_change_once_it_holds_its_event_or_a_later_change_of_a_field_it_set() -> None:
+    chaoyang = _orders_db("c", "2024-06-01 12:00:00", "朝阳区", 0)
+    haidian = _orders_db("u", "2024-06-01 12:05:00", "海淀区", 1)
+    before = run([chaoyang])["1001"]
+    after = run([chaoyang, haidian])["1001"]
+    history = explain_order("1001", after, bronze([chaoyang, haidian])).history
+    assert [c.event.event_id for c in history] == [chaoyang.event_id, haidian.event_id]
+
+    assert [shows_change(history, i, None) for i in (0, 1)] == [False, False]
+    assert [shows_change(history, i, before) for i in (0, 1)] == [True, False]
+    assert [shows_change(history, i, after) for i in (0, 1)] == [True, True]
+    foreign = {**after, **{c: "someone-else" for c in after if c.endswith("__eid")}}
+    assert [shows_change(history, i, foreign) for i in (0, 1)] == [False, False]
 
 
 def test_duplicates_review_quarantine_and_fields_nobody_offers() -> None:
