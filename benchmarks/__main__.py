@@ -307,6 +307,16 @@ def run_spark(
     return {"label": label, **_measured_run(cmd, run_dir, env=env, cwd=ROOT, timeout=timeout)}
 
 
+def silver_visible_in() -> str:
+    """The table where a new order first becomes readable in silver, in the layout the bench's jobs run
+    with (the environment's, else the default): merge-on-read's changes table (its snapshot changes
+    only at folds), or ``silver/orders`` in copy-on-write."""
+    from lakestream.config import load_config
+
+    merge_on_read = load_config(None, environ=dict(os.environ)).tables.silver_layout == "merge_on_read"
+    return "silver/orders_changes" if merge_on_read else "silver/orders"
+
+
 def run_latency(
     work: Path,
     bootstrap: str,
@@ -364,7 +374,7 @@ def run_latency(
             drain = 30.0
             place = run.place or local_place(run.run_dir)
             latency.poll_visibility(
-                place.table("silver/orders"),
+                place.table(silver_visible_in()),
                 base_rows=0,
                 until=time.monotonic() + seconds + drain,
                 seen=seen,

@@ -4,9 +4,10 @@ quarantined and checkpoints, while the job runs.
 Everything shown is read from outside the job, so it works the same for a local MiniCluster and a
 cluster, on a local folder and on an object store: the producer's acknowledged counts, and the tables'
 ``_delta_log`` commits (:class:`storage.delta_log.TableLog`): rows from the ``add`` statistics,
-checkpoints from the sinks' txn actions, late and duplicate events from silver's
-``lakestream.counters``. On a terminal it is a ``rich`` live table redrawn twice a second; otherwise (CI
-logs, a pipe) one plain line every few seconds.
+checkpoints from the sinks' txn actions, late and duplicate events from the ``lakestream.counters`` of
+the silver committer's commits (in ``silver/orders_changes`` when silver is merge-on-read). On a
+terminal it is a ``rich`` live table redrawn twice a second; otherwise (CI logs, a pipe) one plain line
+every few seconds.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from lakestream.table_names import (
     LATE_TABLE,
     QUARANTINE_TABLE,
     REVIEW_TABLE,
+    SILVER_CHANGES_TABLE,
     SILVER_TABLE,
     TABLES,
 )
@@ -81,6 +83,8 @@ class Watcher:
     def __init__(self, root: str | Path, tables: Sequence[str] = TABLES) -> None:
         self.root = str(root)
         self.logs = {name: TableLog(location(self.root, name)) for name in tables}
+        #: Where a merge-on-read silver's committer commits (and its counters); not shown as a table.
+        self._silver_changes = TableLog(location(self.root, SILVER_CHANGES_TABLE))
 
     def all_exist(self) -> bool:
         """True once every watched table of the ingest (``TABLES``) has its first commit: the job's
@@ -91,6 +95,8 @@ class Watcher:
         """Read every commit that appeared since the last poll."""
         for log in self.logs.values():
             log.poll()
+        if SILVER_TABLE in self.logs:
+            self._silver_changes.poll()
 
     def snapshot(
         self,
@@ -125,7 +131,9 @@ class Watcher:
             planned=dict(planned),
             tables=tuple(states),
             expected_bronze=expected_bronze,
-            counters=counter_totals(silver.commits) if silver is not None else {},
+            counters=counter_totals([*silver.commits, *self._silver_changes.commits])
+            if silver is not None
+            else {},
             checkpoints=len(ids - {END_OF_INPUT}),
             end_of_input=END_OF_INPUT in ids,
         )

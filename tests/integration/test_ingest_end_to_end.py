@@ -521,11 +521,13 @@ def read_silver(lakehouse: Path) -> list[dict[str, Any]]:
 
 
 def silver_commit_counters(lakehouse: Path) -> Counter[str]:
-    """``lakestream.counters`` of the silver sink's commits, summed over the whole table history."""
+    """``lakestream.counters`` of the silver sink's commits, summed over the whole history of silver's
+    tables (a lakehouse switched to merge-on-read has copy-on-write commits in ``silver/orders``)."""
     total: Counter[str] = Counter()
-    table = "silver/orders_changes" if merge_on_read(lakehouse) else "silver/orders"
-    for entry in DeltaTable(str(lakehouse / table)).history():
-        total.update(entry.get("lakestream.counters") or {})
+    tables = ["silver/orders", "silver/orders_changes"] if merge_on_read(lakehouse) else ["silver/orders"]
+    for table in tables:
+        for entry in DeltaTable(str(lakehouse / table)).history():
+            total.update(entry.get("lakestream.counters") or {})
     return total
 
 

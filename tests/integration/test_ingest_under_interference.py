@@ -43,7 +43,13 @@ from tests.integration.test_gold_speed_layer import (
     scenario,
 )
 from tests.integration.test_gold_speed_layer import produce as produce_events
-from tests.integration.test_ingest_end_to_end import assert_tables, build_stream, expected_counts, produce
+from tests.integration.test_ingest_end_to_end import (
+    assert_tables,
+    build_stream,
+    expected_counts,
+    produce,
+    read_silver,
+)
 from tests.integration.test_object_store_faults import JOB_FAILED, RESTARTING, RESTORED, flink_log
 from tests.support.cli import run_cli
 from tests.support.delta_tables import assert_no_orphans
@@ -291,7 +297,7 @@ def test_reconcile_fix_beside_a_running_ingest_keeps_batch_rows_and_one_row_per_
     assert all(r["source_version"] is not None for r in batch_rows.values())
 
     # Silver is exact: one row per order, equal to the independent oracle.
-    silver_rows = DeltaTable(str(lakehouse / SILVER)).to_pyarrow_table().to_pylist()
+    silver_rows = read_silver(lakehouse)
     silver = {r["order_id"]: {f: r[f] for f in RESOLVED if r[f] is not None} for r in silver_rows}
     assert len(silver) == len(silver_rows)
     assert silver == expected_silver([said(e) for e in events])

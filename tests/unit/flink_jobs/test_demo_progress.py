@@ -58,6 +58,16 @@ def test_watcher_counts_rows_checkpoints_and_silver_counters(tmp_path: Path) -> 
     assert s.table("gold/x") is None and s.rows("gold/x") == 0
 
 
+def test_merge_on_read_silver_counters_come_from_its_changes_table(tmp_path: Path) -> None:
+    watcher = Watcher(tmp_path, TABLES)
+    _write(tmp_path, "silver/orders_changes", 3, 1, events_duplicate=2, silver_changes=3)
+    _write(tmp_path, "silver/orders", 3, None)  # a fold: no txn of the job, no counters
+    _write(tmp_path, "silver/orders_changes", 1, 2, events_late=1, silver_changes=1)
+    s = _snapshot(watcher)
+    assert s.counters == {"events_duplicate": 2, "events_late": 1, "silver_changes": 4}
+    assert s.table("silver/orders_changes") is None  # counted, not shown
+
+
 def test_the_gold_table_is_watched_too_without_holding_the_start_back(tmp_path: Path) -> None:
     gold = "gold/order_metrics_5m"
     watcher = Watcher(tmp_path, (*INGEST_TABLES, gold))
