@@ -167,7 +167,7 @@ class FlinkConfig:
     #: memory) or ``hashmap`` (JVM heap). ``default``: rocksdb for ingest (its de-dup state grows with
     #: the event rate times ``event_time.dedup_ttl``), hashmap for land and changefeed (a few offsets).
     state_backend: Literal["default", "rocksdb", "hashmap"] = "default"
-    checkpoint_interval: timedelta = timedelta(seconds=10)
+    checkpoint_interval: timedelta = timedelta(seconds=1)
     #: A local folder, or ``s3://bucket/prefix`` on the store of ``[storage]`` (Flink's S3 plugin, built by
     #: ``make jvm``; docs/object-storage.md).
     checkpoint_dir: str = ".lakestream/checkpoints"
@@ -344,7 +344,7 @@ class TablesConfig:
     #: MERGEs into it, rewriting every file that holds one of its orders. ``merge_on_read``: each
     #: checkpoint appends its folded rows to ``silver/orders_changes``, and a fold beside the job merges
     #: those into ``silver/orders``; read the current state with ``lakestream query silver``.
-    silver_layout: Literal["copy_on_write", "merge_on_read"] = "copy_on_write"
+    silver_layout: Literal["copy_on_write", "merge_on_read"] = "merge_on_read"
     #: merge_on_read: the job folds once this long passed since its last fold ...
     silver_fold_every: timedelta = timedelta(minutes=1)
     #: ... or once this many change rows wait, whichever comes first (0: time only).

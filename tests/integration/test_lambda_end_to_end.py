@@ -143,4 +143,6 @@ def test_reconcile_names_the_windows_the_speed_layer_missed_and_fix_serves_batch
     unknown = _cli(env, "explain", "order", "no-such-order")
     assert unknown.returncode == 2 and "existing order ids nearby: " in unknown.stderr, unknown.stderr
     text = _cli(env, "explain", "order", "o7")
-    assert text.returncode == 0 and text.stdout.startswith("order o7: silver/orders version "), text.stdout
+    assert text.returncode == 0 and text.stdout.startswith("order o7: silver/orders_changes version "), (
+        text.stdout
+    )

@@ -99,7 +99,9 @@ def test_a_checkpoint_from_before_the_layout_restores_into_the_moved_code(
     assert len(first) < killed_at < len(events)
 
     new_log = tmp_path / "ingest-new.log"
-    job = start_unbounded(env, new_log)
+    # In the silver layout the old tree wrote: its kill left copy-on-write work staged, which a
+    # merge-on-read start refuses (switching is test_silver_layout_upgrade's).
+    job = start_unbounded({**env, "LAKESTREAM__TABLES__SILVER_LAYOUT": "copy_on_write"}, new_log)
     counted, beyond = classify(events)
     assert not beyond
     expected = metrics_of(expected_gold(e.delivery() for e in counted))

@@ -99,9 +99,11 @@ def zorder_silver_until(stop: threading.Event, cfg, tally: Counter[str]) -> None
 def test_optimize_and_vacuum_in_a_loop_beside_an_unbounded_ingest(
     kafka: str, any_lakehouse: Path, tmp_path: Path
 ) -> None:
-    """On both back ends: the job's commits, OPTIMIZE, Z-order and VACUUM race on one table."""
+    """On both back ends: the job's commits, OPTIMIZE, Z-order and VACUUM race on one table (silver
+    copy-on-write: its MERGEs are the job's commits that rewrite what maintenance rewrites)."""
     lakehouse = any_lakehouse
     topics, env = setup_topics(kafka, tmp_path, lakehouse)
+    env["LAKESTREAM__TABLES__SILVER_LAYOUT"] = "copy_on_write"
     cfg = load_config(environ=env)
     records, half = build_stream()
     produce(kafka, topics, records[:half])

@@ -127,6 +127,7 @@ def test_maintain_fold_refuses_copy_on_write(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("LAKESTREAM__LAKEHOUSE__ROOT", str(tmp_path))
+    monkeypatch.setenv("LAKESTREAM__TABLES__SILVER_LAYOUT", "copy_on_write")
     assert cli.main(["maintain", "fold"]) == 2
     assert "silver is copy-on-write" in capsys.readouterr().err
 
