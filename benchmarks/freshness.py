@@ -313,6 +313,29 @@ def open_seconds(table: Path, repeat: int = 3) -> float | None:
     return round(statistics.median(times), 4)
 
 
+def source_poll_seconds(table: Path, repeat: int = 3) -> float | None:
+    """Median seconds of one poll of the Delta source that reads the table's newest commit (a fresh
+    reader each time: listing the log, planning and reading that version, as a running stream does
+    each poll interval); None before the table has two commits."""
+    from sources.options import DeltaSourceOptions
+    from sources.stream_reader import DeltaStreamReader
+    from storage.delta_log import DeltaLog
+
+    versions = DeltaLog(str(table)).commit_versions()
+    if len(versions) < 2:
+        return None
+    options = DeltaSourceOptions(starting_version=versions[-1], ignore_deletes=True, ignore_changes=True)
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        reader = DeltaStreamReader(str(table), options)
+        plan = reader.plan(reader.start(None))
+        for _batch in reader.read(plan):
+            pass
+        times.append(time.perf_counter() - t)
+    return round(statistics.median(times), 4)
+
+
 class LogPoller(threading.Thread):
     """Notes when each new log file of each table appears, every ``POLL_S``."""
 
@@ -503,6 +526,7 @@ def run_one(
             return out
         bronze, silver = lake / BRONZE_TABLE, lake / silver_name
         out["open_s_start"] = {"bronze": open_seconds(bronze), "silver": open_seconds(lake / SILVER_TABLE)}
+        out["source_poll_s_start"] = {"bronze": source_poll_seconds(bronze)}
         rng = np.random.default_rng(s.seed)
         sample = (
             {int(i) for i in rng.choice(orders, size=min(s.sample, orders), replace=False)}
@@ -557,6 +581,7 @@ def run_one(
         out["checkpoints"] = checkpoint_phases(checkpoints.completed, bronze_commits, epoch_of_monotonic)
         out["checkpoints"]["vertex_ack"] = checkpoints.vertex_acks()
         out["open_s_end"] = {"bronze": open_seconds(bronze), "silver": open_seconds(lake / SILVER_TABLE)}
+        out["source_poll_s_end"] = {"bronze": source_poll_seconds(bronze)}
         out["disk"] = _disk_summary(disk.samples)
         out["job_alive"] = run.proc.poll() is None
         out["check"] = _check(lake, s.layout, topic, count, sent.last, DeltaTable(str(bronze)))
@@ -609,12 +634,13 @@ def markdown(runs: Sequence[dict[str, Any]]) -> str:
     lines = [
         "| orders | layout | checkpoint | sent/s | bronze p50 / p99 s | silver p50 / p99 s "
         "| silver p99 worst minute | checkpoint took p50 / p99 s | commit after it p50 / p99 s "
-        "| disk / live (max) | open s start -> end (silver) | exactly once |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| disk / live (max) | open s start -> end (silver) | source poll s start -> end (bronze) "
+        "| exactly once |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in runs:
         if "error" in r and "silver" not in r:
-            lines.append(f"| {r['orders']:,} | {r['layout']} | {r['interval']} | failed |" + " |" * 8)
+            lines.append(f"| {r['orders']:,} | {r['layout']} | {r['interval']} | failed |" + " |" * 9)
             continue
         b, sv = r["bronze"], r["silver"]
         minutes = [m for m in r["silver_p99_by_minute"] if m is not None]
@@ -622,13 +648,16 @@ def markdown(runs: Sequence[dict[str, Any]]) -> str:
         if None in r["silver_p99_by_minute"]:
             worst = "unseen"
         o0, o1 = r["open_s_start"]["silver"], r["open_s_end"]["silver"]
+        p0 = r.get("source_poll_s_start", {}).get("bronze")
+        p1 = r.get("source_poll_s_end", {}).get("bronze")
         took = r.get("checkpoints", {}).get("duration") or {}
         after = r.get("checkpoints", {}).get("commit_after") or {}
         lines.append(
             f"| {r['orders']:,} | {r['layout']} | {r['interval']} | {r['sent_per_s']:,} | "
             f"{b.get('p50_s')} / {b.get('p99_s')} | {sv.get('p50_s')} / {sv.get('p99_s')} | {worst} | "
             f"{took.get('p50_s')} / {took.get('p99_s')} | {after.get('p50_s')} / {after.get('p99_s')} | "
-            f"{r['disk']['max_disk_over_live']} | {o0} -> {o1} | {r['check']['exactly_once_ok']} |"
+            f"{r['disk']['max_disk_over_live']} | {o0} -> {o1} | {p0} -> {p1} | "
+            f"{r['check']['exactly_once_ok']} |"
         )
     return "\n".join(lines) + "\n"
 

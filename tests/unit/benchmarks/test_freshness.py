@@ -6,9 +6,11 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from benchmarks.freshness import (
@@ -116,6 +118,8 @@ REPORTED_RUN: dict[str, Any] = {
     "checkpoints": {"duration": {"p50_s": 0.46, "p99_s": 1.25}, "commit_after": {"p50_s": 0.2, "p99_s": 0.4}},
     "open_s_start": {"silver": 0.004},
     "open_s_end": {"silver": 0.005},
+    "source_poll_s_start": {"bronze": 0.03},
+    "source_poll_s_end": {"bronze": 0.04},
     "disk": {"max_disk_over_live": 1.5},
     "check": {"exactly_once_ok": True},
 }
@@ -126,6 +130,7 @@ def test_the_report_has_a_row_per_run_and_marks_a_failed_run() -> None:
     rows = markdown([REPORTED_RUN, failed]).splitlines()
     assert len(rows) == 4 and all(r.count("|") == rows[0].count("|") for r in rows)
     assert "| 1.4 / 2.9 | unseen | 0.46 / 1.25 | 0.2 / 0.4 |" in rows[2]
+    assert "| 0.004 -> 0.005 | 0.03 -> 0.04 | True |" in rows[2]
     assert "| 5s | failed |" in rows[3]
 
 
@@ -149,3 +154,16 @@ def test_configuration_overrides_are_checked_and_named_by_their_flag(
         ["1s", "5s"],
         {"LAKESTREAM__A__B": "1"},
     )
+
+
+def test_a_source_poll_reads_the_newest_commit_of_a_table(tmp_path: Path) -> None:
+    from deltalake import write_deltalake
+
+    from benchmarks.freshness import source_poll_seconds
+
+    table = tmp_path / "t"
+    write_deltalake(str(table), pa.table({"x": [1]}))
+    assert source_poll_seconds(table) is None  # one commit: nothing to poll after it
+    write_deltalake(str(table), pa.table({"x": [2, 3]}), mode="append")
+    seconds = source_poll_seconds(table, repeat=1)
+    assert seconds is not None and 0 < seconds < 60
