@@ -357,9 +357,9 @@ def _silver_candidates(
     if not landed:
         return []  # not a commit of the ingest job
     try:
-        before = bronze_log.app_versions(bronze_version - 1) if bronze_version > 0 else {}
+        before = bronze_log.txn_before(bronze_version, landed)
     except DeltaLogError:
-        before = {}  # the log was cleaned up: any earlier checkpoint of the run
+        before = {}  # the log is incomplete there: any earlier checkpoint of the run
     low = min(before.get(app, 0) for app in landed) + 1
     high = max(landed.values())
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -396,6 +396,28 @@ class DeltaLog:
             if commit is not None and reached(commit.txn):
                 return version
         return None
+
+    def txn_before(self, version: int, app_ids: Collection[str]) -> dict[str, int]:
+        """The version each of ``app_ids`` had in the snapshot before ``version`` (absent: none then).
+
+        Walks back from ``version - 1`` (a writer's previous commit is usually a few commits back; parsed
+        commits are cached), and replays the log (``app_versions``) only when the walk ends before it
+        found them all.
+        """
+        wanted = set(app_ids)
+        found: dict[str, int] = {}
+        stop = max(-1, version - 1 - _TXN_SEARCH_COMMITS)
+        for v in range(version - 1, stop, -1):
+            commit = self.read_commit(v)
+            if commit is None:
+                break  # cleaned up: the log checkpoints know
+            found.update({app: commit.txn[app] for app in wanted - found.keys() if app in commit.txn})
+            if len(found) == len(wanted):
+                return found
+        else:
+            if stop == -1:
+                return found  # walked back to the first commit: the others had none
+        return {app: v for app, v in self.app_versions(version - 1).items() if app in wanted}
 
     # -- snapshots (deltalake, checkpoint-aware) -----------------------------------------------------
     def table(self, version: int | None = None) -> Any:

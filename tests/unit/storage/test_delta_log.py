@@ -280,3 +280,27 @@ def test_first_txn_commit_finds_the_commit_that_reached_a_value(tmp_path: Path) 
     last = log.read_commit(8)
     assert last is not None
     assert log.first_txn_commit(passed(apps[0], 0), after_ms=last.timestamp_ms + 1, at_most=8) is None
+
+
+def test_txn_before_walks_back_to_each_apps_previous_commit_and_replays_past_cleaned_up_commits(
+    tmp_path: Path,
+) -> None:
+    uri = str(tmp_path / "t")
+    # app0 at v0, v3, v6; app1 at v1, v4; app2 at v2, v5; v7 a compaction (no txn); app0 again at v8
+    for i in range(7):
+        props = CommitProperties(app_transactions=[Transaction(app_id=f"app{i % 3}", version=10 + i)])
+        write_deltalake(uri, pa.table({"a": [i]}), mode="append", commit_properties=props)
+    DeltaTable(uri).optimize.compact()
+    props = CommitProperties(app_transactions=[Transaction(app_id="app0", version=99)])
+    write_deltalake(uri, pa.table({"a": [9]}), mode="append", commit_properties=props)
+    log = DeltaLog(uri)
+    assert log.txn_before(9, ["app0", "app1"]) == {"app0": 99, "app1": 14}
+    assert log.txn_before(8, ["app0", "app1", "app2"]) == {"app0": 16, "app1": 14, "app2": 15}
+    assert log.txn_before(3, ["app0", "app2"]) == {"app0": 10, "app2": 12}
+    assert log.txn_before(1, ["app1"]) == {}  # none before its first commit
+    assert log.txn_before(0, ["app0"]) == {}
+
+    DeltaTable(uri).create_checkpoint()  # at v8
+    for v in range(6):  # a log cleanup: the walk back from v8 meets a gap and the checkpoint answers
+        (tmp_path / "t" / "_delta_log" / f"{v:020d}.json").unlink()
+    assert DeltaLog(uri).txn_before(9, ["app1", "app2"]) == {"app1": 14, "app2": 15}
