@@ -184,6 +184,7 @@ def records(
     rng = np.random.default_rng(seed)
     new = orders
     block = 4096
+    n = 0
     while True:
         is_update = (rng.random(block) < update_share) & (orders > 0)
         index = rng.integers(0, max(1, orders), block)
@@ -201,11 +202,14 @@ def records(
                 "op": "u" if is_update[j] else "c",
                 "order_id": oids[j],
                 "user_id": "U1",
-                "amount": "10.00",
+                # Unique per record: an update whose payload repeats an earlier one (same status,
+                # address and second) would be a re-delivery by the adapters' content ids.
+                "amount": f"{10 + n % 10_000_000 / 100:.2f}",
                 "status": status,
                 "address": address,
                 "updated_at": datetime.now(SHANGHAI).strftime("%Y-%m-%d %H:%M:%S"),
             }
+            n += 1
             if i in sample:
                 sent.last[i] = (status, address)
             sent.partitions.append(i % 2)
@@ -311,6 +315,10 @@ def open_seconds(table: Path, repeat: int = 3) -> float | None:
             return None
         times.append(time.perf_counter() - t)
     return round(statistics.median(times), 4)
+
+
+#: When the start's source poll is measured, after the producer started (seconds).
+FIRST_POLL_AFTER_S = 15.0
 
 
 def source_poll_seconds(table: Path, repeat: int = 3) -> float | None:
@@ -526,7 +534,6 @@ def run_one(
             return out
         bronze, silver = lake / BRONZE_TABLE, lake / silver_name
         out["open_s_start"] = {"bronze": open_seconds(bronze), "silver": open_seconds(lake / SILVER_TABLE)}
-        out["source_poll_s_start"] = {"bronze": source_poll_seconds(bronze)}
         rng = np.random.default_rng(s.seed)
         sample = (
             {int(i) for i in rng.choice(orders, size=min(s.sample, orders), replace=False)}
@@ -545,6 +552,12 @@ def run_one(
         stop = threading.Event()
         seconds = s.minutes * 60
         t_send = time.monotonic()
+        # The source poll at the start: once the job's first commits are in bronze (the seed is one).
+        first_poll = threading.Timer(
+            FIRST_POLL_AFTER_S,
+            lambda: out.update(source_poll_s_start={"bronze": source_poll_seconds(bronze)}),
+        )
+        first_poll.start()
         count = paced_send(
             bootstrap,
             records(topic, orders, s.update_share, s.seed, sample, sent),
@@ -554,6 +567,7 @@ def run_one(
             sent=sent.times,
         )
         send_s = time.monotonic() - t_send
+        first_poll.join()
         del sent.partitions[count:]
         # drain: until silver's checkpoints reach the ones that landed each partition's last record
         deadline = time.monotonic() + 120
