@@ -179,19 +179,23 @@ def cmd_fold(args: argparse.Namespace) -> int:
             'tables.silver_layout = "merge_on_read" for the merge-on-read layout (DESIGN.md section 13).'
         )
     table = silver_mor_table(cfg)
-    r = fold_once(table, retention=cfg.tables.silver_changes_retention)
+    r = fold_once(table, retention=cfg.tables.silver_changes_retention, full=args.full)
     if r.change_rows == 0:
-        print(
-            f"fold: {table.snapshot_uri} holds every change (through {r.folded_through}); "
-            f"{r.trimmed_rows} folded change rows trimmed"
-        )
+        print(f"fold: {table.snapshot_uri} held every change (through {r.folded_through})")
     else:
         print(
-            f"fold: {r.change_rows} change rows ({r.keys} orders) into {table.snapshot_uri} version "
-            f"{r.snapshot_version}, through {r.folded_through}, {r.files_rewritten} file(s) rewritten "
-            f"({r.rows_written} rows written, {'clustered' if r.clustered else 'MERGE'}), "
-            f"{r.trimmed_rows} folded change rows trimmed, {r.seconds:.1f}s"
+            f"fold: {r.change_rows} change rows ({r.keys} orders) into {table.snapshot_uri} as a new run, "
+            f"through {r.folded_through}"
         )
+    merged = (
+        f"{r.runs_merged} runs merged ({r.files_rewritten} file(s), {r.bytes_rewritten:,} bytes rewritten)"
+        if r.runs_merged
+        else "no runs merged"
+    )
+    print(
+        f"fold: {merged}; version {r.snapshot_version}, {r.runs} run(s), {r.rows_written} rows written, "
+        f"{r.trimmed_rows} folded change rows trimmed, {r.seconds:.1f}s"
+    )
     return 0
 
 
@@ -285,12 +289,17 @@ def register(subparsers: SubParsers) -> argparse.ArgumentParser:
         "--forget", default=None, metavar="READER", help="drop the record of a reader gone for good"
     )
 
-    add_command(
+    p = add_command(
         sub,
         "fold",
         func=cmd_fold,
         flags=("lakehouse",),
         help="fold merge-on-read silver changes into silver/orders",
+    )
+    p.add_argument(
+        "--full",
+        action="store_true",
+        help="then merge every sorted run into one (silver/orders holds one row per order)",
     )
     p = add_command(sub, "auto", func=cmd_auto, flags=("lakehouse",), help="scheduled maintenance rounds")
     p.add_argument("--once", action="store_true", help="one round, then exit")

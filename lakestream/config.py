@@ -352,6 +352,14 @@ class TablesConfig:
     #: merge_on_read: folded changes stay this long, so a reader of a snapshot this old still finds
     #: every change above it (``lakestream query silver`` reads the newest snapshot).
     silver_changes_retention: timedelta = timedelta(minutes=10)
+    #: merge_on_read: every sorted run of silver/orders is merged into one when the runs above the
+    #: oldest hold more than this percentage of its bytes (silver/orders stays below 1 + this / 100
+    #: times its live size, before VACUUM) ...
+    silver_max_size_amplification_percent: int = 100
+    #: ... the newest runs are merged while the next older one is at most this percentage larger ...
+    silver_run_size_ratio_percent: int = 1
+    #: ... and above this many runs the newest are merged whatever their sizes.
+    silver_max_runs: int = 5
 
     def __post_init__(self) -> None:
         """File sizes reach the writers only inside the workers; refuse nonsense before the job starts."""
@@ -370,6 +378,13 @@ class TablesConfig:
             raise ConfigError(f"tables.silver_fold_rows: must be 0 or more, got {self.silver_fold_rows}")
         if self.silver_changes_retention < timedelta(0):
             raise ConfigError("tables.silver_changes_retention: must not be negative")
+        for key, least in (
+            ("silver_max_size_amplification_percent", 1),
+            ("silver_run_size_ratio_percent", 0),
+            ("silver_max_runs", 1),
+        ):
+            if getattr(self, key) < least:
+                raise ConfigError(f"tables.{key}: must be at least {least}, got {getattr(self, key)}")
 
     def partition_by(self, table: str) -> tuple[str, ...]:
         """Partition columns of ``table`` (e.g. ``bronze/order_events``); none for unknown layers."""

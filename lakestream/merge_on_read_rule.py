@@ -31,9 +31,15 @@ def check_sequenced(spec: MergeSpec, seq: str) -> None:
         )
 
 
-def in_arrival_order(snapshot: pa.Table, changes: pa.Table, seq: str) -> pa.Table:
+def in_arrival_order(
+    snapshot: pa.Table, changes: pa.Table, seq: str, *, snapshot_in_order: bool = False
+) -> pa.Table:
     """Snapshot rows and change rows as one table in which each key's rows are in sequence order, the
     snapshot row first on a tie (a null sequence, folded before sequences existed, first of all).
+
+    A snapshot of several sorted runs holds several rows of a key: ``snapshot_in_order`` says its rows
+    come run by run, oldest first (each key's rows in sequence order); otherwise they are sorted by
+    sequence first unless they already are.
 
     When every change has a sequence above every snapshot row's (changes read above the fold point,
     as every caller reads them), only the changes are sorted, and the snapshot's rows (in a fold, the
@@ -41,6 +47,10 @@ def in_arrival_order(snapshot: pa.Table, changes: pa.Table, seq: str) -> pa.Tabl
     the changes table's files so) are not copied either. Otherwise all rows are sorted by sequence.
     """
     changes = changes.select(snapshot.column_names).cast(snapshot.schema)
+    if not snapshot_in_order and not _sequenced(snapshot[seq]):
+        snapshot = snapshot.take(
+            pc.sort_indices(snapshot, sort_keys=[(seq, "ascending")], null_placement="at_start")
+        )
     if _all_above(snapshot[seq], changes[seq]):
         if not _ascending(changes[seq]):
             changes = changes.take(pc.sort_indices(changes, sort_keys=[(seq, "ascending")]))
@@ -58,18 +68,32 @@ def _all_above(snapshot_seq: pa.ChunkedArray, changes_seq: pa.ChunkedArray) -> b
     return top is None or top <= pc.min(changes_seq).as_py()
 
 
+def _sequenced(values: pa.ChunkedArray) -> bool:
+    """Whether ``values`` are in sequence order: nulls first, then never decreasing."""
+    if len(values) < 2:
+        return True
+    valid = np.asarray(pc.is_valid(values).to_numpy(zero_copy_only=False), dtype=bool)
+    nulls = int(len(values) - valid.sum())
+    if nulls and valid[:nulls].any():
+        return False
+    v = np.asarray(pc.drop_null(values).to_numpy())
+    return bool(np.all(v[1:] >= v[:-1]))
+
+
 def _ascending(values: pa.ChunkedArray) -> bool:
     """Whether ``values`` (no nulls) never decrease."""
     v = np.asarray(values.to_numpy())
     return bool(np.all(v[1:] >= v[:-1]))
 
 
-def current_rows(snapshot: pa.Table, changes: pa.Table, spec: MergeSpec, seq: str) -> pa.Table:
-    """The current row of every key in ``snapshot`` or ``changes``: the module's rule, column-wise."""
+def current_rows(
+    snapshot: pa.Table, changes: pa.Table, spec: MergeSpec, seq: str, *, snapshot_in_order: bool = False
+) -> pa.Table:
+    """The current row of every key in ``snapshot`` (one row per key and run) or ``changes``: the
+    module's rule, column-wise (``snapshot_in_order``: see ``in_arrival_order``)."""
     check_sequenced(spec, seq)
-    if changes.num_rows == 0:
-        return snapshot
-    return reduce_guarded(in_arrival_order(snapshot, changes, seq), spec)
+    rows = in_arrival_order(snapshot, changes, seq, snapshot_in_order=snapshot_in_order)
+    return reduce_guarded(rows, spec) if rows.num_rows else rows
 
 
 def above(changes: pa.Table, folded_through: int | None, seq: str) -> pa.Table:

@@ -21,6 +21,7 @@ from typing import Literal
 import pyarrow as pa
 
 from lakestream.config import Config, MaintenanceConfig
+from lakestream.run_folders import holds_runs
 from maintenance.facts import TableRef, last_checkpoint_version, now_ms, resolve_table, tables_under
 from maintenance.maintenance_errors import MaintenanceError
 from maintenance.operations import checkpoint, cleanup, open_table, optimize, vacuum
@@ -51,6 +52,8 @@ class TableState:
     #: Version of the newest log checkpoint; None: the log has none.
     last_checkpoint: int | None
     partitions: tuple[PartitionFiles, ...]
+    #: Whether the table holds a merge-on-read snapshot's sorted runs (never compacted: it would mix them).
+    sorted_runs: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,9 +76,10 @@ def plan_round(
     last_vacuum_ms: int | None,
     compact: bool = True,
 ) -> list[Action]:
-    """The operations one round runs on one table, in order: compaction (unless ``compact`` is false),
-    checkpoint, vacuum, cleanup."""
+    """The operations one round runs on one table, in order: compaction (unless ``compact`` is false or
+    the table holds sorted runs), checkpoint, vacuum, cleanup."""
     actions: list[Action] = []
+    compact = compact and not state.sorted_runs
     zorder = settings.zorder_columns(state.name)
     for part in state.partitions:
         if not compact or part.small_files < settings.min_small_files:
@@ -127,7 +131,8 @@ def table_state(ref: TableRef, settings: MaintenanceConfig) -> TableState:
     parts = small_files_by_partition(
         adds, dt.metadata().partition_columns, small_bytes=settings.small_file_mb * 1024 * 1024
     )
-    return TableState(ref.name, dt.version(), last_checkpoint_version(ref), parts)
+    runs = holds_runs(adds["path"].to_pylist()) if adds.num_rows else False
+    return TableState(ref.name, dt.version(), last_checkpoint_version(ref), parts, runs)
 
 
 def find_tables(root: str) -> list[str]:

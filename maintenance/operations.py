@@ -19,10 +19,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NoReturn
 
+import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from lakestream.config import Config
+from lakestream.run_folders import holds_runs
 from lakestream.time import parse_time, plain_utc
 from maintenance.facts import (
     TableRef,
@@ -146,6 +148,11 @@ def optimize(
     def attempt(dt: DeltaTable) -> dict[str, Any]:
         nonlocal read_version
         read_version = dt.version()
+        if holds_runs(pa.table(dt.get_add_actions(flatten=True))["path"].to_pylist()):
+            raise RefusedError(
+                f"{ref.name} holds the sorted runs of merge-on-read silver, which an OPTIMIZE would mix; "
+                "its folds merge them (`lakestream maintain fold --full` merges every run into one)"
+            )
         filters: list[Filter] | None = [(k, "=", v) for k, v in partition] or None
         if where is not None:
             filters = [*(filters or []), *partition_filters(where, dt.metadata().partition_columns)]

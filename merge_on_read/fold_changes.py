@@ -1,11 +1,13 @@
 """The compaction of a merge-on-read table: fold the changes table into the snapshot, exactly once.
 
-One fold writes the current rows of the keys changed above the snapshot's fold point into the snapshot,
-in one commit whose txn action (``FOLD_APP``) records the new fold point, so every change is folded
-exactly once, whatever crashes. The clustered fold (``replace_cells``) rewrites only the key ranges the
-changes fall in, keeping the files sorted and disjoint; where that cannot apply it MERGEs instead.
-Folds hold the table's maintenance lock; afterwards changes older than ``retention`` are trimmed, and
-each fold records the snapshot's freshness (``FRESHNESS_KEY``). Contract: DESIGN.md section 13.
+One fold appends the current rows of the keys changed above the snapshot's fold point, as one new sorted
+run (``merge_on_read.sorted_runs``), in one commit whose txn action (``FOLD_APP``) records the new fold
+point, so every change is folded exactly once, whatever crashes. Then, as ``CompactionPolicy`` picks
+them, the newest runs are merged into one, key range by key range (one slice of every run in memory at
+a time), in a commit that changes no row of the read path. So a fold costs about its changes, and the
+whole table is rewritten only when the runs above the oldest grow to a set share of it. Folds hold the
+table's maintenance lock; afterwards changes older than ``retention`` are trimmed, and each fold records
+the snapshot's freshness (``FRESHNESS_KEY``). Contract: DESIGN.md section 13.
 """
 
 from __future__ import annotations
@@ -16,12 +18,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from functools import partial
 from typing import Any, NoReturn
 from urllib.parse import unquote
 
-import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
@@ -30,13 +29,15 @@ from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction
 
 from lakestream.freshness import FRESHNESS_KEY, latest_freshness, newest
-from lakestream.merge_on_read_rule import current_rows, in_arrival_order
+from lakestream.merge_on_read_rule import in_arrival_order
 from lakestream.merge_reduce import reduce_guarded
 from lakestream.merge_spec import quote_ident
+from lakestream.run_folders import RUN_DIR, run_dir
 from lakestream.time import iso_utc_ms
 from maintenance.facts import TableRef, now_ms
 from maintenance.rewrites import TableBusyError, rewrite_lock
-from merge_on_read.key_ranges import Cell, KeyFile, cells, key_files, owners
+from merge_on_read.key_ranges import KeyFile, cells, key_files
+from merge_on_read.sorted_runs import CompactionPolicy, Run, compaction_plan, runs
 from merge_on_read.table import (
     FOLD_APP,
     MergeOnReadTable,
@@ -52,19 +53,15 @@ from storage.retry_policy import RetryPolicy
 log = logging.getLogger(__name__)
 
 DEFAULT_RETENTION = timedelta(minutes=10)
-#: Rows per snapshot file a clustered fold writes when neither table has a file to measure rows by; else
-#: ``file_rows_for`` derives them from the table's target file size. The newest keys' cell is rewritten
-#: by every fold, so a fold costs about one file's rows plus its own.
+#: Rows per snapshot file when neither table has a file to measure rows by; else ``file_rows_for``
+#: derives them from the table's target file size.
 FOLD_FILE_ROWS = 262_144
-#: The fewest rows per file a derived size gives (a tiny target does not cut a cell into crumbs).
+#: The fewest rows per file a derived size gives (a tiny target does not cut a run into crumbs).
 MIN_FILE_ROWS = 1_024
-#: A touched cell with more rows than this (files that overlap, e.g. a copy-on-write table switched to
-#: this layout) is folded by MERGE instead: the clustered fold holds one cell in memory.
-MAX_CELL_ROWS = 1_000_000
-#: The folder of the snapshot's table folder that a clustered fold writes its files to (they stay there;
-#: the staging table's log is deleted once the fold committed).
-STAGE_DIR = "fold"
-STAGE_LOG = f"{STAGE_DIR}/_delta_log"
+#: Legacy folder of a fold's staging log (folds before sorted runs); an interrupted one's is cleared.
+LEGACY_STAGE_DIR = "fold"
+#: Commit metadata of a merge of runs: how many runs and rows it merged.
+COMPACTION_KEY = "lakestream.runs_merged"
 
 
 @dataclass(frozen=True)
@@ -73,16 +70,22 @@ class FoldResult:
 
     #: Change rows read and folded (0: the snapshot held every change).
     change_rows: int = 0
-    #: Distinct keys among them (the orders folded).
+    #: Distinct keys among them (the orders folded): the rows of the run the fold appended.
     keys: int = 0
     #: Highest sequence the snapshot holds after the fold (None: it holds none yet).
     folded_through: int | None = None
     snapshot_version: int = -1
+    #: Runs merged into one after the fold (0: none).
+    runs_merged: int = 0
+    #: Files and bytes the merge replaced (read and removed).
     files_rewritten: int = 0
-    #: Rows of the files the fold wrote (the rewritten files' rows and the new keys).
+    bytes_rewritten: int = 0
+    #: Rows of the files written: the appended run and the merged one.
     rows_written: int = 0
-    #: Whether the fold replaced the touched key ranges (True) or MERGEd (False).
-    clustered: bool = False
+    #: Bytes of the files written.
+    bytes_written: int = 0
+    #: Runs of the snapshot afterwards.
+    runs: int = 0
     trimmed_rows: int = 0
     seconds: float = 0.0
 
@@ -94,11 +97,13 @@ def fold_once(
     lock_wait_s: float = 600.0,
     max_attempts: int = 10,
     file_rows: int | None = None,
-    max_cell_rows: int = MAX_CELL_ROWS,
+    policy: CompactionPolicy | None = None,
+    full: bool = False,
 ) -> FoldResult:
-    """Fold every change above the snapshot's fold point into it, then trim the changes table.
+    """Fold every change above the snapshot's fold point into it as a new run, merge runs as ``policy``
+    (default: ``table.compaction``) says, or all of them with ``full``, then trim the changes table.
 
-    ``file_rows``: rows per file of a clustered fold (None: ``file_rows_for`` the table's target size).
+    ``file_rows``: rows per written file (None: ``file_rows_for`` the table's target size).
     """
     started = time.monotonic()
     ref = TableRef(table.snapshot_uri, table.snapshot_uri)
@@ -107,30 +112,42 @@ def fold_once(
         changes = table.open_changes()
         snapshot = table.open_snapshot()
         clear_stage(table)
-        result = _fold(
+        per_file = file_rows or file_rows_for(table.target_file_size, _files(snapshot, table), changes)
+        result = _append_run(table, changes, snapshot, max_attempts=max_attempts, file_rows=per_file)
+        result = _merge_runs(
             table,
-            changes,
             snapshot,
+            result,
+            policy or table.compaction,
+            full=full,
+            file_rows=per_file,
             max_attempts=max_attempts,
-            file_rows=file_rows,
-            max_cell_rows=max_cell_rows,
         )
     trimmed = trim_changes(table, retention=retention, max_attempts=max_attempts)
     out = replace(result, trimmed_rows=trimmed, seconds=time.monotonic() - started)
-    if out.change_rows:
+    if out.change_rows or out.runs_merged:
         log.info("%s: %s", table.snapshot_uri, out)
     return out
 
 
-def _fold(
+def _files(snapshot: DeltaTable, table: MergeOnReadTable) -> list[KeyFile]:
+    """The snapshot's files with their key ranges (``key_files``)."""
+    files = key_files(pa.table(snapshot.get_add_actions(flatten=True)), table.spec.keys[0])
+    if isinstance(files, str):
+        raise ValueError(f"{table.snapshot_uri}: {files}; merge-on-read reads runs by their key statistics")
+    return files
+
+
+def _append_run(
     table: MergeOnReadTable,
     changes: DeltaTable | None,
     snapshot: DeltaTable,
     *,
     max_attempts: int,
-    file_rows: int | None,
-    max_cell_rows: int,
+    file_rows: int,
 ) -> FoldResult:
+    """Write the changes above the fold point, one row per key, as a new run in one commit with the new
+    fold point."""
 
     def attempt(_n: int) -> FoldResult:
         snapshot.update_incremental()
@@ -139,23 +156,31 @@ def _fold(
         if rows.num_rows == 0:
             return FoldResult(folded_through=through, snapshot_version=snapshot.version())
         new_through = int(pc.max(rows[table.seq]).as_py())
-        plan = cell_plan(snapshot, table, rows, max_cell_rows=max_cell_rows)
-        props = partial(_commit_properties, table, snapshot, changes, new_through)
-        if isinstance(plan, CellPlan):
-            per_file = file_rows or file_rows_for(table.target_file_size, plan.cells, changes)
-            rewritten, written = replace_cells(table, snapshot, rows, plan, props, file_rows=per_file)
-        else:
-            log.info("%s: fold by MERGE: %s", table.snapshot_uri, plan)
-            rewritten, written = _merge(table, snapshot, rows, props)
+        current = reduce_guarded(in_arrival_order(table.schema.empty_table(), rows, table.seq), table.spec)
+        writer = RunWriter(table, run_dir(new_through), file_rows)
+        try:
+            writer.add(sort_by_key(current, table))
+            adds = writer.close()
+            metadata = {FRESHNESS_KEY: freshness(table, snapshot, current, new_through, changes)}
+            props = CommitProperties(
+                app_transactions=[Transaction(FOLD_APP, new_through)], custom_metadata=metadata
+            )
+            actions: list[AddAction | RemoveAction] = [*adds]
+            snapshot.create_write_transaction(
+                actions, mode="append", schema=snapshot.schema(), commit_properties=props
+            )
+        except BaseException:
+            writer.abandon(snapshot)
+            raise
+        writer.done()
         snapshot.update_incremental()
         return FoldResult(
             change_rows=rows.num_rows,
-            keys=distinct_keys(rows, table.spec.keys),
+            keys=current.num_rows,
             folded_through=new_through,
             snapshot_version=snapshot.version(),
-            files_rewritten=rewritten,
-            rows_written=written,
-            clustered=isinstance(plan, CellPlan),
+            rows_written=current.num_rows,
+            bytes_written=sum(a.size for a in adds),
         )
 
     def exhausted(n: int, exc: CommitFailedError) -> NoReturn:
@@ -168,6 +193,170 @@ def _fold(
         exhausted=exhausted,
         on_retry=_log_conflict(table.snapshot_uri, "fold"),
     )
+
+
+def _merge_runs(
+    table: MergeOnReadTable,
+    snapshot: DeltaTable,
+    folded: FoldResult,
+    policy: CompactionPolicy,
+    *,
+    full: bool,
+    file_rows: int,
+    max_attempts: int,
+) -> FoldResult:
+    """Merge the newest runs into one as ``policy`` picks them (all with ``full``), in one commit."""
+
+    def attempt(_n: int) -> FoldResult:
+        snapshot.update_incremental()
+        found = runs(_files(snapshot, table))
+        count = compaction_plan([r.size for r in found], policy, full=full)
+        if count < 2:
+            return replace(folded, snapshot_version=snapshot.version(), runs=len(found))
+        chosen = found[-count:]
+        writer = RunWriter(table, run_dir(chosen[-1].top), file_rows)
+        try:
+            merge_into(writer, table, snapshot, chosen)
+            adds = writer.close(data_change=False)
+            now = now_ms()
+            removes = [RemoveAction(f.path, False, now, f.size, {}) for r in chosen for f in r.files]
+            metadata = {COMPACTION_KEY: {"runs": count, "rows": writer.rows}}
+            snapshot.create_write_transaction(
+                [*adds, *removes],
+                mode="append",
+                schema=snapshot.schema(),
+                commit_properties=CommitProperties(custom_metadata=metadata),
+            )
+        except BaseException:
+            writer.abandon(snapshot)
+            raise
+        writer.done()
+        snapshot.update_incremental()
+        return replace(
+            folded,
+            snapshot_version=snapshot.version(),
+            runs_merged=count,
+            files_rewritten=len(removes),
+            bytes_rewritten=sum(r.size for r in chosen),
+            rows_written=folded.rows_written + writer.rows,
+            bytes_written=folded.bytes_written + sum(a.size for a in adds),
+            runs=len(found) - count + 1,
+        )
+
+    def exhausted(n: int, exc: CommitFailedError) -> NoReturn:
+        raise CommitFailedError(
+            f"{table.snapshot_uri}: merging runs conflicted {n} times; run it again"
+        ) from exc
+
+    return fold_retry(max_attempts).run(
+        attempt,
+        retry_on=CommitFailedError,
+        exhausted=exhausted,
+        on_retry=_log_conflict(table.snapshot_uri, "merge"),
+    )
+
+
+def merge_into(
+    writer: RunWriter, table: MergeOnReadTable, snapshot: DeltaTable, chosen: Sequence[Run]
+) -> None:
+    """The current rows of the keys of ``chosen`` (consecutive runs, oldest first) to ``writer``.
+
+    Key range by key range: the ranges are the cells (``key_ranges.cells``) of the largest run's files,
+    and each run is read file by file as the ranges reach its files, so memory holds about one file of
+    each run. Within a range the runs' rows, oldest run first, are each key's rows in sequence order,
+    and the read rule (``reduce_guarded``) folds them.
+    """
+    biggest = max(chosen, key=lambda r: r.rows)
+    uppers: list[Any] = [c.lo for c in cells(biggest.files)][1:]
+    cursors = [_RunCursor(table, snapshot, r) for r in chosen]
+    for upper in [*uppers, None]:
+        rows = pa.concat_tables([c.below(upper) for c in cursors])
+        if rows.num_rows:
+            writer.add(sort_by_key(reduce_guarded(rows, table.spec), table))
+
+
+class _RunCursor:
+    """A run's rows in key ranges: ``below(upper)`` gives the rows not given yet with key < ``upper``."""
+
+    def __init__(self, table: MergeOnReadTable, snapshot: DeltaTable, run: Run) -> None:
+        self._table = table
+        self._snapshot = snapshot
+        self._files = list(run.files)  # by lowest key
+        self._next = 0
+        self._held = table.schema.empty_table()
+
+    def below(self, upper: Any) -> pa.Table:
+        key = self._table.spec.keys[0]
+        while self._next < len(self._files) and (upper is None or self._files[self._next].lo < upper):
+            path = self._files[self._next].path
+            read = scan(
+                self._snapshot, self._table.schema, storage_options=self._table.storage_options, paths=[path]
+            )
+            self._held = pa.concat_tables([self._held, read])
+            self._next += 1
+        if upper is None:
+            out, self._held = self._held, self._table.schema.empty_table()
+            return out
+        mask = pc.less(self._held[key], pa.scalar(upper, self._table.schema.field(key).type))
+        out, self._held = self._held.filter(mask), self._held.filter(pc.invert(mask))
+        return out
+
+
+def sort_by_key(rows: pa.Table, table: MergeOnReadTable) -> pa.Table:
+    """``rows`` sorted by the table's key."""
+    return rows.take(pc.sort_indices(rows, sort_keys=[(table.spec.keys[0], "ascending")]))
+
+
+class RunWriter:
+    """Writes one run: rows added in key order, cut into files of ``file_rows`` rows, staged as a small
+    Delta table in the run's folder of the snapshot (its log gives delta-rs' statistics of each file).
+
+    ``close`` gives the add actions for the snapshot's commit; ``done`` (after it landed) deletes the
+    staging log; ``abandon`` (it failed) deletes the staged files too, unless the commit landed.
+    """
+
+    def __init__(self, table: MergeOnReadTable, folder: str, file_rows: int) -> None:
+        self.table = table
+        self.folder = folder
+        self.file_rows = max(1, file_rows)
+        self.rows = 0
+        self._uri = f"{table.snapshot_uri.rstrip('/')}/{folder}"
+        self._fs = open_filesystem(table.snapshot_uri, table.storage_options)
+        self._buffer = table.schema.empty_table()
+
+    def add(self, rows: pa.Table) -> None:
+        """Rows sorted by key, all above the keys added before."""
+        self._buffer = pa.concat_tables([self._buffer, rows.select(self.table.schema.names)])
+        while self._buffer.num_rows >= self.file_rows:
+            self._write(self._buffer.slice(0, self.file_rows))
+            self._buffer = self._buffer.slice(self.file_rows)
+
+    def close(self, *, data_change: bool = True) -> list[AddAction]:
+        """Write what is left; the staged files' add actions (paths relative to the snapshot)."""
+        if self._buffer.num_rows:
+            self._write(self._buffer)
+            self._buffer = self.table.schema.empty_table()
+        return staged_adds(self._fs, self.folder, data_change=data_change)
+
+    def done(self) -> None:
+        """The commit landed: delete the staging log (its files are the snapshot's)."""
+        _delete(self._fs, f"{self.folder}/_delta_log")
+
+    def abandon(self, snapshot: DeltaTable) -> None:
+        """The commit failed: delete what was staged unless it landed all the same."""
+        _abandon_stage(self._fs, snapshot, self.folder)
+
+    def _write(self, rows: pa.Table) -> None:
+        write_deltalake(
+            self._uri,
+            rows,
+            mode="append",
+            storage_options=dict(self.table.storage_options or {}) or None,
+            writer_properties=writer_properties(
+                rows.schema.names, bloom_filters=self.table.bloom_filter_columns
+            ),
+        )
+        self.rows += rows.num_rows
 
 
 def fold_retry(max_attempts: int) -> RetryPolicy:
@@ -184,12 +373,11 @@ def _log_conflict(uri: str, what: str) -> Callable[[int, CommitFailedError, floa
     return on_retry
 
 
-def file_rows_for(target_bytes: int, snapshot_cells: Sequence[Cell], changes: DeltaTable | None) -> int:
+def file_rows_for(target_bytes: int, snapshot_files: Sequence[KeyFile], changes: DeltaTable | None) -> int:
     """Rows per file that make a file of about ``target_bytes``, at the bytes per row of the snapshot's
-    files (its cells), or of the changes table's (the same columns) while the snapshot has none;
+    files, or of the changes table's (the same columns) while the snapshot has none;
     ``FOLD_FILE_ROWS`` when neither has a file."""
-    files = [f for c in snapshot_cells for f in c.files]
-    rows, size = sum(f.rows for f in files), sum(f.size for f in files)
+    rows, size = sum(f.rows for f in snapshot_files), sum(f.size for f in snapshot_files)
     if not rows and changes is not None:
         actions = pa.table(changes.get_add_actions(flatten=True))
         if actions.num_rows:
@@ -200,163 +388,11 @@ def file_rows_for(target_bytes: int, snapshot_cells: Sequence[Cell], changes: De
     return FOLD_FILE_ROWS
 
 
-def distinct_keys(rows: pa.Table, keys: tuple[str, ...]) -> int:
-    """How many distinct keys (tuples of the key columns) ``rows`` holds."""
-    return int(rows.select(list(keys)).group_by(list(keys)).aggregate([]).num_rows)
-
-
-def _commit_properties(
-    table: MergeOnReadTable,
-    snapshot: DeltaTable,
-    changes: DeltaTable | None,
-    through: int,
-    written: pa.Table,
-) -> CommitProperties:
-    """The fold commit's txn action (the new fold point) and freshness, ``written`` the rows it writes."""
-    metadata = {FRESHNESS_KEY: freshness(table, snapshot, written, through, changes)}
-    return CommitProperties(app_transactions=[Transaction(FOLD_APP, through)], custom_metadata=metadata)
-
-
-def _merge(
-    table: MergeOnReadTable,
-    snapshot: DeltaTable,
-    rows: pa.Table,
-    props: Callable[[pa.Table], CommitProperties],
-) -> tuple[int, int]:
-    """MERGE the change rows, folded per key, into the snapshot: (files rewritten, rows written)."""
-    source = reduce_guarded(in_arrival_order(table.schema.empty_table(), rows, table.seq), table.spec)
-    metrics = (
-        snapshot.merge(
-            source,
-            table.spec.merge_predicate("s", "t"),
-            source_alias="s",
-            target_alias="t",
-            streamed_exec=False,  # derive the key-range file filter from the source (sinks.committer)
-            writer_properties=writer_properties(
-                snapshot.schema().to_arrow().names, bloom_filters=table.bloom_filter_columns
-            ),
-            commit_properties=props(source),
-        )
-        .when_matched_update(table.spec.update_expressions(table.schema, "s", "t"))
-        .when_not_matched_insert_all()
-        .execute()
-    )
-    return int(metrics.get("num_target_files_removed", 0)), int(metrics.get("num_output_rows", 0))
-
-
-@dataclass(frozen=True)
-class CellPlan:
-    """A clustered fold: the snapshot's cells, the ones the change rows touch, and each row's cell."""
-
-    cells: list[Cell]
-    touched: list[int]
-    #: Per change row, the index of the cell owning its key (all zeros when there are no cells).
-    owner: npt.NDArray[np.int64]
-
-
-def cell_plan(
-    snapshot: DeltaTable, table: MergeOnReadTable, rows: pa.Table, *, max_cell_rows: int = MAX_CELL_ROWS
-) -> CellPlan | str:
-    """How to fold ``rows`` cell by cell, or why not (the fold MERGEs instead)."""
-    if len(table.spec.keys) != 1:
-        return f"the key has {len(table.spec.keys)} columns"
-    key = table.spec.keys[0]
-    kind = table.schema.field(key).type
-    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_integer(kind)):
-        return f"the key column {key!r} is {kind}"
-    config = snapshot.metadata().configuration
-    if str(config.get("delta.enableChangeDataFeed", "false")).lower() == "true":
-        return "the snapshot has a change data feed (a MERGE writes its change files)"
-    keys = np.asarray(rows[key].to_numpy(zero_copy_only=False))
-    files = key_files(pa.table(snapshot.get_add_actions(flatten=True)), key)
-    if isinstance(files, str):
-        return f"the snapshot: {files}"
-    if not files:
-        return CellPlan([], [], np.zeros(len(keys), dtype=np.int64))
-    found = cells(files)
-    owner = owners(found, keys)
-    touched = sorted({int(i) for i in np.unique(owner)})
-    biggest = max(found[i].rows for i in touched)
-    if biggest > max_cell_rows:
-        return f"a touched key range holds {biggest:,} rows (above {max_cell_rows:,}: the files overlap)"
-    return CellPlan(found, touched, owner)
-
-
-def replace_cells(
-    table: MergeOnReadTable,
-    snapshot: DeltaTable,
-    rows: pa.Table,
-    plan: CellPlan,
-    props: Callable[[pa.Table], CommitProperties],
-    *,
-    file_rows: int = FOLD_FILE_ROWS,
-) -> tuple[int, int]:
-    """Rewrite the touched cells with their change rows folded in, in one commit: (files removed, rows
-    written).
-
-    Cell by cell (one in memory at a time): its files' rows and its change rows give the current rows
-    of its keys (``current_rows``, the read rule), sorted by key and cut into files of about
-    ``file_rows`` rows that stay inside the cell. The new files are written to the snapshot's
-    ``STAGE_DIR`` folder as a small Delta table, whose log gives their statistics; one commit then adds
-    them, removes the cells' old files and records the fold point, and the staging log is deleted.
-    """
-    key = table.spec.keys[0]
-    stage_uri = f"{table.snapshot_uri.rstrip('/')}/{STAGE_DIR}"
-    fs = open_filesystem(table.snapshot_uri, table.storage_options)
-    options = dict(table.storage_options or {}) or None
-    removed: list[KeyFile] = []
-    newest: list[pa.Table] = []
-    written = 0
-    try:
-        for i in plan.touched or [0]:
-            # One touched cell owns every change row: no filtered copy of them.
-            mine = rows if len(plan.touched) <= 1 else rows.filter(pa.array(plan.owner == i))
-            if plan.cells:
-                cell = plan.cells[i]
-                removed.extend(cell.files)
-                paths = [f.path for f in cell.files]
-                base = scan(snapshot, table.schema, storage_options=table.storage_options, paths=paths)
-            else:
-                base = table.schema.empty_table()
-            current = current_rows(base, mine, table.spec, table.seq)
-            del base, mine  # not needed for the sort and the writes
-            written += current.num_rows
-            if table.event_time is not None:
-                newest.append(current.select([table.event_time]))
-            # Sorted by key one file at a time: no sorted copy of the whole cell.
-            order = pc.sort_indices(current, sort_keys=[(key, "ascending")])
-            for start, stop in _cut(current.num_rows, file_rows):
-                write_deltalake(
-                    stage_uri,
-                    current.take(order[start:stop]),
-                    mode="append",
-                    storage_options=options,
-                    writer_properties=writer_properties(
-                        current.schema.names, bloom_filters=table.bloom_filter_columns
-                    ),
-                )
-            del current, order
-        adds = _staged_adds(fs)
-        now = now_ms()
-        removes = [RemoveAction(f.path, True, now, f.size, {}) for f in removed]
-        snapshot.create_write_transaction(
-            [*adds, *removes],
-            mode="append",
-            schema=snapshot.schema(),
-            commit_properties=props(pa.concat_tables(newest) if newest else pa.table({})),
-        )
-    except BaseException:
-        _abandon_stage(fs, snapshot)
-        raise
-    _delete(fs, STAGE_LOG)  # its files are the snapshot's now
-    return len(removed), written
-
-
-def _abandon_stage(fs: pafs.FileSystem, snapshot: DeltaTable) -> None:
+def _abandon_stage(fs: pafs.FileSystem, snapshot: DeltaTable, folder: str) -> None:
     """After a failed attempt: delete the files it staged, unless the commit landed all the same (a
     failure after the commit, in a post-commit hook), then the staging log."""
     try:
-        staged = [a.path for a in _staged_adds(fs)]
+        staged = [a.path for a in staged_adds(fs, folder)]
         snapshot.update_incremental()
         live = set(pa.table(snapshot.get_add_actions(flatten=True))["path"].to_pylist())
     except Exception as exc:  # noqa: BLE001 - what cannot be checked stays for VACUUM
@@ -365,21 +401,14 @@ def _abandon_stage(fs: pafs.FileSystem, snapshot: DeltaTable) -> None:
     if not any(p in live for p in staged):
         for path in staged:
             _delete(fs, unquote(path), kind="file")
-    _delete(fs, STAGE_LOG)
+    _delete(fs, f"{folder}/_delta_log")
 
 
-def _cut(rows: int, file_rows: int) -> list[tuple[int, int]]:
-    """``rows`` rows in order, cut into parts of equal size of at most ``file_rows`` rows (none if
-    empty): each part's ``(start, stop)``."""
-    parts = max(1, -(-rows // max(1, file_rows)))
-    size = -(-rows // parts)
-    return [(k * size, min(rows, (k + 1) * size)) for k in range(parts) if k * size < rows]
-
-
-def _staged_adds(fs: pafs.FileSystem) -> list[AddAction]:
-    """The add actions of the staging table's log, with paths relative to the snapshot."""
+def staged_adds(fs: pafs.FileSystem, folder: str, *, data_change: bool = True) -> list[AddAction]:
+    """The add actions of the staging log in ``folder`` of the snapshot, with paths relative to it
+    (``data_change`` false for a merge of runs: it changes no row of the read path)."""
     out = []
-    entries = fs.get_file_info(pafs.FileSelector(STAGE_LOG, allow_not_found=True))
+    entries = fs.get_file_info(pafs.FileSelector(f"{folder}/_delta_log", allow_not_found=True))
     for info in sorted((e for e in entries if e.path.endswith(".json")), key=lambda e: e.path):
         with fs.open_input_stream(info.path) as fh:
             lines = fh.read().decode().splitlines()
@@ -388,11 +417,11 @@ def _staged_adds(fs: pafs.FileSystem) -> list[AddAction]:
             if add:
                 out.append(
                     AddAction(
-                        path=f"{STAGE_DIR}/{add['path']}",
+                        path=f"{folder}/{add['path']}",
                         size=int(add["size"]),
                         partition_values={},
                         modification_time=int(add["modificationTime"]),
-                        data_change=True,
+                        data_change=data_change,
                         stats=add.get("stats") or "",
                     )
                 )
@@ -400,17 +429,21 @@ def _staged_adds(fs: pafs.FileSystem) -> list[AddAction]:
 
 
 def clear_stage(table: MergeOnReadTable) -> bool:
-    """Delete the staging log an interrupted fold left in the snapshot's folder; whether there was one.
+    """Delete the staging logs an interrupted fold left in the snapshot's run folders (or in the legacy
+    ``fold`` folder); whether there was one.
 
-    Only the log: its files are either the snapshot's (the commit landed) or no table's (VACUUM removes
-    them). Run under the fold lock, so no fold is staging meanwhile.
+    Only the logs: their files are either the snapshot's (the commit landed) or no table's (VACUUM
+    removes them). Run under the fold lock, so no fold is staging meanwhile.
     """
     fs = open_filesystem(table.snapshot_uri, table.storage_options)
-    if fs.get_file_info(STAGE_LOG).type != pafs.FileType.Directory:
-        return False
-    log.info("%s: deleting %s, left by an interrupted fold", table.snapshot_uri, STAGE_LOG)
-    _delete(fs, STAGE_LOG)
-    return True
+    top = fs.get_file_info(pafs.FileSelector("", allow_not_found=True))
+    folders = [e.base_name for e in top if e.type == pafs.FileType.Directory]
+    logs = [f"{d}/_delta_log" for d in folders if d == LEGACY_STAGE_DIR or RUN_DIR.match(d)]
+    found = [i.path for i in fs.get_file_info(logs) if i.type == pafs.FileType.Directory] if logs else []
+    for path in found:
+        log.info("%s: deleting %s, left by an interrupted fold", table.snapshot_uri, path)
+        _delete(fs, path)
+    return bool(found)
 
 
 def _delete(fs: pafs.FileSystem, path: str, kind: str = "dir") -> None:

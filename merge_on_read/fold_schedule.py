@@ -77,11 +77,12 @@ class BackgroundFold:
             self._start()
 
     def finish(self) -> FoldResult:
-        """Wait for a running fold, then fold everything committed (end of input)."""
+        """Wait for a running fold, then fold everything committed and merge every run into one (end of
+        input: the snapshot alone then holds one current row per key)."""
         if self._thread is not None:
             self._thread.join()
         self._raise_failure()
-        result = self._fold()
+        result = self._fold(full=True)
         self._rows = 0
         return result
 
@@ -98,8 +99,8 @@ class BackgroundFold:
             log.exception("%s: the fold failed", self.task.table.snapshot_uri)
             self._error = exc
 
-    def _fold(self) -> FoldResult:
-        result = fold_once(self.task.table, retention=self.task.schedule.retention)
+    def _fold(self, *, full: bool = False) -> FoldResult:
+        result = fold_once(self.task.table, retention=self.task.schedule.retention, full=full)
         self.last = result
         self.folds += 1
         return result

@@ -1,21 +1,17 @@
 """The key ranges of a table's files, grouped into disjoint cells (pure).
 
 A cell is a maximal group of files whose [min, max] key ranges overlap one another (transitively);
-cells are disjoint and ordered. Cell ``i`` owns the keys from its lowest key up to the next cell's
-lowest key (the first cell also owns every key below it, the last one every key above it), so every
-key has exactly one owner. Rewriting a cell's files together with the new rows of the keys it owns,
-sorted and cut into files that stay inside it, keeps the cells disjoint: the clustered fold
-(``merge_on_read.fold_changes``) then rewrites only the cells a fold's keys touch.
+cells are disjoint and ordered. A sorted run's files are each their own cell; merging runs
+(``merge_on_read.fold_changes.merge_into``) goes through the key space cell by cell of the largest
+run, so it holds about one file per run in memory.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 
 
@@ -84,14 +80,6 @@ def cells(files: Iterable[KeyFile]) -> list[Cell]:
     if group:
         out.append(Cell(tuple(group), lo, hi))
     return out
-
-
-def owners(cell_list: Sequence[Cell], keys: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
-    """Per key, the index of the cell that owns it (``cell_list`` non-empty, as ``cells`` returns it)."""
-    bounds = np.asarray([c.lo for c in cell_list])
-    common = np.promote_types(bounds.dtype, keys.dtype)  # strings: the wider of the two, never cut
-    found = np.searchsorted(bounds.astype(common), keys.astype(common), side="right")
-    return np.asarray(np.maximum(found - 1, 0))
 
 
 def disjoint(files: Iterable[KeyFile]) -> bool:

@@ -28,6 +28,7 @@ from lakestream.config import Config
 from lakestream.merge_on_read_rule import check_sequenced, current_rows
 from lakestream.merge_on_read_rule import view_sql as rule_view_sql
 from lakestream.merge_spec import MergeSpec
+from merge_on_read.sorted_runs import CompactionPolicy, run_rank
 from sinks.table_bootstrap import open_table
 from sinks.table_spec import DEFAULT_TARGET_FILE_SIZE, TableSpec
 from storage.delta_log import open_filesystem
@@ -57,11 +58,23 @@ class MergeOnReadTable:
     storage_options: Mapping[str, str] | None = None
     #: Columns the snapshot's files carry bloom filters of (``storage.parquet_encoding``).
     bloom_filter_columns: tuple[str, ...] = ()
+    #: When folds merge the snapshot's sorted runs (``merge_on_read.sorted_runs``).
+    compaction: CompactionPolicy = CompactionPolicy()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "storage_options", options_for(self.snapshot_uri, self.storage_options))
         check_sequenced(self.spec, self.seq)
         self.spec.validate(self.schema)
+        if len(self.spec.keys) != 1:
+            raise ValueError(
+                f"merge-on-read needs one key column (its runs are sorted by it), got {self.spec.keys}"
+            )
+        kind = self.schema.field(self.spec.keys[0]).type
+        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_integer(kind)):
+            raise ValueError(
+                f"merge-on-read needs a key column of strings or integers (its runs are sorted by it), "
+                f"{self.spec.keys[0]!r} is {kind}"
+            )
         if self.event_time is not None and self.event_time not in self.schema.names:
             raise ValueError(f"event_time {self.event_time!r} is not a column of {self.schema.names}")
 
@@ -117,15 +130,18 @@ def scan(
     min_seq: tuple[str, int] | None = None,
     keys: tuple[str, list[str]] | None = None,
     paths: Collection[str] | None = None,
+    by_run: bool = False,
 ) -> pa.Table:
     """The table's rows in ``schema``, reading only the files whose statistics allow a match.
 
     ``min_seq`` (column, value): rows with the column above the value, the files read in the order of
     their least value of the column (a changes table's files each hold one sequence, so its rows come
     in sequence order); ``keys`` (column, values): rows whose column holds one of the values;
-    ``paths``: only the files of these paths (as in the log). Each file's rows are filtered as it is
-    read, so the peak is the result plus one file. Plain Parquet reads without threads: pyarrow's
-    dataset scanner left CLI processes aborting at exit (see ``serving.gold_read.query``).
+    ``paths``: only the files of these paths (as in the log); ``by_run``: a merge-on-read snapshot's
+    files run by run, oldest first (``sorted_runs``), so each key's rows come in sequence order. Each
+    file's rows are filtered as it is read, so the peak is the result plus one file. Plain Parquet
+    reads without threads: pyarrow's dataset scanner left CLI processes aborting at exit (see
+    ``serving.gold_read.query``).
     Partition columns come from the log. Tables without deletion vectors, as lakestream writes them.
     """
     actions = pa.table(dt.get_add_actions(flatten=True))
@@ -140,6 +156,9 @@ def scan(
             above &= np.asarray(pc.fill_null(pc.equal(actions[f"null_count.{column}"], 0), False), dtype=bool)
             order = np.asarray(pc.sort_indices(least, null_placement="at_start"))
             actions, keep, above = actions.take(order), keep[order], above[order]
+    if by_run and actions.num_rows:
+        order = np.asarray(run_rank(actions["path"].to_pylist()), dtype=np.int64)
+        actions, keep, above = actions.take(order), keep[order], above[order]
     if keys is not None:
         keep &= _may_hold(actions, *keys)
     if paths is not None:
@@ -253,8 +272,10 @@ def read_current(table: MergeOnReadTable, *, keys: list[str] | None = None) -> p
         base = table.schema.empty_table()
     else:
         key_filter = None if keys is None else (table.spec.keys[0], keys)
-        base = scan(snapshot, table.schema, storage_options=table.storage_options, keys=key_filter)
-    return current_rows(base, pending, table.spec, table.seq)
+        base = scan(
+            snapshot, table.schema, storage_options=table.storage_options, keys=key_filter, by_run=True
+        )
+    return current_rows(base, pending, table.spec, table.seq, snapshot_in_order=True)
 
 
 def view_sql(
@@ -286,4 +307,9 @@ def silver_mor_table(cfg: Config) -> MergeOnReadTable:
         event_time=LAST_EVENT_TIME,
         target_file_size=cfg.tables.merge_target_file_size_mb * 1024 * 1024,
         bloom_filter_columns=cfg.tables.bloom_filter_columns,
+        compaction=CompactionPolicy(
+            max_size_amplification_percent=cfg.tables.silver_max_size_amplification_percent,
+            size_ratio_percent=cfg.tables.silver_run_size_ratio_percent,
+            max_runs=cfg.tables.silver_max_runs,
+        ),
     )

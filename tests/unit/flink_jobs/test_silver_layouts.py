@@ -105,7 +105,7 @@ def test_maintain_fold_folds_and_tables_shows_what_is_left(
     assert cli.main(["maintain", "fold"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("fold: 3 change rows (2 orders) into ")
-    assert "0 file(s) rewritten (2 rows written, clustered)" in out
+    assert "no runs merged; version 1, 1 run(s), 2 rows written" in out
     write_silver(tmp_path, "merge_on_read", CHECKPOINTS[2:], run_id="r2")  # a new run
     assert cli.main(["tables"]) == 0
     listing = capsys.readouterr().out
@@ -113,10 +113,13 @@ def test_maintain_fold_folds_and_tables_shows_what_is_left(
     assert "changes folded through" in line and "2 change rows in 1 file(s)" in line
     before = query_json(monkeypatch, capsys)
     assert cli.main(["maintain", "fold"]) == 0
-    capsys.readouterr()
+    # The new changes as a second sorted run, as large as the first: the two are merged.
+    assert "2 runs merged (2 file(s)" in capsys.readouterr().out
     assert query_json(monkeypatch, capsys) == before
+    assert cli.main(["maintain", "fold", "--full"]) == 0
+    assert "held every change" in (out := capsys.readouterr().out) and "no runs merged" in out
     snapshot = DeltaTable(str(tmp_path / SILVER_TABLE)).to_pyarrow_table().to_pylist()
-    assert {r["order_id"] for r in snapshot} == {"o1", "o2", "o3"}
+    assert sorted(r["order_id"] for r in snapshot) == ["o1", "o2", "o3"]  # one row per order
 
     assert cli.main(["query", "silver", "--sql"]) == 0
     sql = capsys.readouterr().out

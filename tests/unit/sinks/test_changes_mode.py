@@ -25,6 +25,7 @@ from lakestream.merge_on_read_rule import current_rows
 from lakestream.silver import CHANGE_SEQ, SILVER_MERGE, SILVER_MOR_MERGE, SILVER_MOR_SCHEMA, SILVER_SCHEMA
 from merge_on_read.fold_changes import fold_once, pending_changes, snapshot_freshness
 from merge_on_read.key_ranges import KeyFile, disjoint, key_files
+from merge_on_read.sorted_runs import CompactionPolicy
 from merge_on_read.table import MergeOnReadTable, folded_through, query, read_current
 from merge_on_read.table import view_sql as table_view_sql
 from sinks.committer import CommitHooks
@@ -147,7 +148,14 @@ def test_a_tie_in_event_time_goes_to_the_later_commit_across_a_fold(tmp_path: Pa
 
 #: How the folds run: cell by cell with small files (many cells), with the default file size (one
 #: cell), and by MERGE (no cell may be rewritten).
-FOLDS = {"small-cells": {"file_rows": 7}, "one-cell": {}, "merge": {"max_cell_rows": 0}}
+FOLDS: dict[str, dict[str, Any]] = {
+    "small-files": {"file_rows": 7},
+    "default": {},
+    "merge-every-fold": {"policy": CompactionPolicy(max_runs=1)},
+    "tall": {
+        "policy": CompactionPolicy(max_size_amplification_percent=10**6, size_ratio_percent=0, max_runs=50)
+    },
+}
 
 
 @pytest.mark.parametrize("fold", FOLDS)
@@ -187,20 +195,18 @@ def test_read_path_equals_copy_on_write_across_folds_trims_and_crashes(
         if rng.random() < 0.5:
             retention = timedelta(0) if rng.random() < 0.5 else timedelta(hours=1)
             done = fold_once(table, retention=retention, **how)
-            if fold == "merge":  # a first fold only appends
-                assert not done.clustered or done.files_rewritten == 0
-            else:
-                assert done.clustered or not done.change_rows
+            if fold == "merge-every-fold":
+                assert done.runs == 1
         assert_current(tmp_path, applied)
         assert silver_only(read_current(table)).equals(snapshot_rows(tmp_path / "cow", SILVER_SCHEMA, KEYS))
-    result = fold_once(table, retention=timedelta(0), **how)
+    result = fold_once(table, retention=timedelta(0), full=True, **how)
     assert pending_changes(table) == (0, 0)
     snapshot = DeltaTable(table.snapshot_uri)
+    # After a full merge the snapshot alone is the table: one sorted run, files with apart key ranges.
     assert silver_only(snapshot.to_pyarrow_table()).equals(expected(applied))
-    if fold != "merge":  # the clustered fold keeps every file's key range apart from the others'
-        assert disjoint(snapshot_files(snapshot))
-        if fold == "small-cells":
-            assert max(f.rows for f in snapshot_files(snapshot)) <= 7
+    assert result.runs == 1 and disjoint(snapshot_files(snapshot))
+    if fold == "small-files":
+        assert max(f.rows for f in snapshot_files(snapshot)) <= 7
     assert folded_through(snapshot) == result.folded_through
     assert snapshot_freshness(snapshot)["folded_through"] == result.folded_through
 
