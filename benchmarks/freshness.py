@@ -221,7 +221,7 @@ def records(
 
 def seed_lakehouse(lakehouse: Path, orders: int, layout: str, seed: int) -> dict[str, Any]:
     """Silver of ``orders`` orders in ``layout`` under ``lakehouse``: sorted by order id into files of the
-    sink's size (disjoint key ranges, as the clustered fold writes them), with the job's table spec."""
+    sink's size (disjoint key ranges, as a full merge of runs leaves them), with the job's table spec."""
     import pyarrow as pa
     from deltalake import write_deltalake
 
@@ -597,11 +597,59 @@ def run_one(
         out["open_s_end"] = {"bronze": open_seconds(bronze), "silver": open_seconds(lake / SILVER_TABLE)}
         out["source_poll_s_end"] = {"bronze": source_poll_seconds(bronze)}
         out["disk"] = _disk_summary(disk.samples)
+        if s.layout == "mor":
+            out["folds"] = fold_summary(lake / SILVER_TABLE, after=seed_version(seed_dir / SILVER_TABLE))
         out["job_alive"] = run.proc.poll() is None
         out["check"] = _check(lake, s.layout, topic, count, sent.last, DeltaTable(str(bronze)))
         if not out["job_alive"]:
             out["error"] = run.log_tail()
     return out
+
+
+def seed_version(table: Path) -> int:
+    """The newest version of a seeded table (-1: none)."""
+    from storage.delta_log import DeltaLog
+
+    versions = DeltaLog(str(table)).commit_versions()
+    return versions[-1] if versions else -1
+
+
+def fold_summary(snapshot: Path, *, after: int) -> dict[str, Any]:
+    """What the folds and merges of runs did to the snapshot after version ``after``, from its log:
+    bytes each wrote and removed, against the snapshot's live bytes at the end."""
+    from lakestream.freshness import FRESHNESS_KEY
+    from merge_on_read.fold_changes import COMPACTION_KEY
+    from storage.delta_log import DeltaLog
+
+    log = DeltaLog(str(snapshot), details=True)
+    folds: list[dict[str, int]] = []
+    merges: list[dict[str, int]] = []
+    for v in (v for v in log.commit_versions() if v > after):
+        commit = log.read_commit(v)
+        if commit is None:
+            continue
+        row = {
+            "version": v,
+            "written": sum(a.size for a in commit.adds),
+            "removed": sum(r.size for r in commit.removes),
+        }
+        if COMPACTION_KEY in commit.info:
+            merges.append(row)
+        elif FRESHNESS_KEY in commit.info:
+            folds.append(row)
+    versions = log.commit_versions()
+    live = sum(f.action.size for f in log.snapshot_files(versions[-1])) if versions else 0
+    rewritten = sum(m["removed"] for m in merges)
+    return {
+        "folds": len(folds),
+        "merges": len(merges),
+        "live_mb": round(live / 1e6, 1),
+        "fold_written_mb_max": round(max((f["written"] for f in folds), default=0) / 1e6, 1),
+        "merge_rewritten_mb_max": round(max((m["removed"] for m in merges), default=0) / 1e6, 1),
+        "rewritten_mb_total": round(rewritten / 1e6, 1),
+        "written_mb_total": round(sum(x["written"] for x in folds + merges) / 1e6, 1),
+        "series": folds + merges,
+    }
 
 
 def _disk_summary(samples: list[dict[str, float]]) -> dict[str, Any]:
