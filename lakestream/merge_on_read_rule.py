@@ -42,8 +42,8 @@ def in_arrival_order(
     sequence first unless they already are.
 
     When every change has a sequence above every snapshot row's (changes read above the fold point,
-    as every caller reads them), only the changes are sorted, and the snapshot's rows (in a fold, the
-    cell's: its largest allocation) are not copied; changes read in sequence order (``scan`` reads
+    as every caller reads them), only the changes are sorted, and the snapshot's rows (in a full read,
+    the largest allocation) are not copied; changes read in sequence order (``scan`` reads
     the changes table's files so) are not copied either. Otherwise all rows are sorted by sequence.
     """
     changes = changes.select(snapshot.column_names).cast(snapshot.schema)

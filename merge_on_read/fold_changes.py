@@ -183,16 +183,7 @@ def _append_run(
             bytes_written=sum(a.size for a in adds),
         )
 
-    def exhausted(n: int, exc: CommitFailedError) -> NoReturn:
-        raise CommitFailedError(f"{table.snapshot_uri}: the fold conflicted {n} times; run it again") from exc
-
-    # A conflict: another writer (not a fold: those hold the lock) committed to the snapshot meanwhile.
-    return fold_retry(max_attempts).run(
-        attempt,
-        retry_on=CommitFailedError,
-        exhausted=exhausted,
-        on_retry=_log_conflict(table.snapshot_uri, "fold"),
-    )
+    return _retried(table, "the fold", attempt, max_attempts)
 
 
 def _merge_runs(
@@ -243,16 +234,23 @@ def _merge_runs(
             runs=len(found) - count + 1,
         )
 
+    return _retried(table, "merging runs", attempt, max_attempts)
+
+
+def _retried(
+    table: MergeOnReadTable, what: str, attempt: Callable[[int], FoldResult], max_attempts: int
+) -> FoldResult:
+    """``attempt`` until it commits: a conflict means another writer (not a fold: those hold the lock)
+    committed to the snapshot meanwhile, and the attempt is planned again."""
+
     def exhausted(n: int, exc: CommitFailedError) -> NoReturn:
-        raise CommitFailedError(
-            f"{table.snapshot_uri}: merging runs conflicted {n} times; run it again"
-        ) from exc
+        raise CommitFailedError(f"{table.snapshot_uri}: {what} conflicted {n} times; run it again") from exc
 
     return fold_retry(max_attempts).run(
         attempt,
         retry_on=CommitFailedError,
         exhausted=exhausted,
-        on_retry=_log_conflict(table.snapshot_uri, "merge"),
+        on_retry=_log_conflict(table.snapshot_uri, what),
     )
 
 

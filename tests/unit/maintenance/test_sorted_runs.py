@@ -335,3 +335,16 @@ def test_maintenance_never_compacts_a_table_of_sorted_runs(tmp_path: Path) -> No
         if a.kind == "compact"
     ]
     assert silver_only(read_current(table)).equals(expected(applied))
+
+
+def test_a_merge_on_read_table_needs_one_key_column_of_strings_or_integers(tmp_path: Path) -> None:
+    table = mor(tmp_path)
+    with pytest.raises(ValueError, match="needs one key column"):
+        replace(
+            table,
+            schema=table.schema.append(pa.field("region", pa.string())),
+            spec=replace(table.spec, keys=("order_id", "region")),
+        )
+    as_float = table.schema.set(0, pa.field("order_id", pa.float64()))
+    with pytest.raises(ValueError, match="strings or integers"):
+        replace(table, schema=as_float)

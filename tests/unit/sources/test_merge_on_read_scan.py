@@ -1,5 +1,5 @@
-"""How the merge-on-read read path holds change rows: in sequence order, filtered file by file, and
-not copied again when they already are in order (the fold's peak memory is these tables)."""
+"""How the merge-on-read read path holds rows: change rows in sequence order, filtered file by file,
+and not copied again when they already are in order; a snapshot's sorted runs oldest first."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
 from lakestream.merge_on_read_rule import in_arrival_order
+from merge_on_read.fold_changes import staged_adds
 from merge_on_read.table import scan
+from storage.delta_log import open_filesystem
 
 SCHEMA = pa.schema([pa.field("k", pa.string()), pa.field("v", pa.int64()), pa.field("seq", pa.int64())])
 
@@ -54,3 +56,37 @@ def test_changes_out_of_sequence_order_are_sorted_stably() -> None:
     assert out.column("k").to_pylist() == ["a", "a", "b", "b"]
     assert out.column("seq").to_pylist() == [1, 3, 3, 4]
     assert out.column("v").to_pylist() == [0, 1, 2, 0]
+
+
+def test_a_snapshot_of_several_runs_is_put_in_sequence_order_unless_it_comes_so() -> None:
+    # Two runs' rows of "a" in the order a query engine may return them: the newer run first.
+    snapshot = rows(["a", "b", "a"], [9, None, 4])
+    out = in_arrival_order(snapshot, rows([], []), "seq")
+    assert out.column("seq").to_pylist() == [None, 4, 9] and out.column("v").to_pylist() == [1, 2, 0]
+    # Read run by run (oldest first) the caller says so, and with changes above it nothing is sorted.
+    ordered = rows(["b", "a", "a"], [None, 4, 9])
+    changes = rows(["a"], [10])
+    assert in_arrival_order(ordered, changes, "seq", snapshot_in_order=True).column("seq").to_pylist() == [
+        None,
+        4,
+        9,
+        10,
+    ]
+    unordered = in_arrival_order(snapshot, changes, "seq", snapshot_in_order=True)
+    assert unordered.column("seq").to_pylist() == [9, None, 4, 10]  # taken as given
+
+
+def test_scan_by_run_reads_the_runs_oldest_first(tmp_path: Path) -> None:
+    uri = str(tmp_path / "snapshot")
+    write_deltalake(uri, rows(["a", "b"], [None, None]))  # outside run folders: the oldest run
+    dt = DeltaTable(uri)
+    for top, part in ((20, rows(["a"], [20])), (7, rows(["a", "b"], [5, 7]))):
+        folder = f"run-{top:019d}-0000000{top % 10}"
+        write_deltalake(f"{uri}/{folder}", part)
+        adds = staged_adds(open_filesystem(uri), folder)
+        assert len(adds) == 1
+        dt.create_write_transaction(list(adds), mode="append", schema=dt.schema())
+    got = scan(DeltaTable(uri), SCHEMA, by_run=True)
+    assert got.column("seq").to_pylist() == [None, None, 5, 7, 20]
+    one = scan(DeltaTable(uri), SCHEMA, by_run=True, keys=("k", ["a"]))
+    assert one.column("seq").to_pylist() == [None, 5, 20]
