@@ -3,8 +3,11 @@
 A worker allocates and drops megabytes per batch (Beam's buffers, Arrow IPC bytes, kernel outputs); left
 as they are, glibc and Arrow's jemalloc hand large blocks back at once and every batch page-faults its
 memory in again. ``keep_freed_pages`` has glibc keep what it freed and Arrow allocate through glibc;
-``return_free_memory`` hands it all back once per checkpoint, since a worker's peaks are per checkpoint
-and its resident size would otherwise settle at its largest checkpoint's.
+``return_free_memory`` hands it all back at a checkpoint's commit, since a worker's peaks are per
+checkpoint and its resident size would otherwise settle at its largest checkpoint's. A trim walks every
+arena, and the operators of a worker each commit at every checkpoint, so a worker trims at most once
+per ``RETURN_EVERY_S``: with second-long checkpoints, trimming at each commit of each operator was a
+cost of its own.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import threading
+import time
 from functools import cache
 
 import pyarrow as pa
@@ -53,9 +58,22 @@ def keep_freed_pages() -> None:
         pa.set_memory_pool(pa.system_memory_pool())
 
 
-def return_free_memory() -> None:
-    """Release Arrow's unused pool memory and trim glibc's heap and arenas (where glibc is the libc)."""
+#: Least seconds between two hand-backs of one worker (``return_free_memory``).
+RETURN_EVERY_S = 5.0
+_returned = {"at": -RETURN_EVERY_S}
+_returning = threading.Lock()
+
+
+def return_free_memory(*, now: float | None = None) -> bool:
+    """Release Arrow's unused pool memory and trim glibc's heap and arenas (where glibc is the libc),
+    unless this process did so less than ``RETURN_EVERY_S`` ago; whether it did now."""
+    at = time.monotonic() if now is None else now
+    with _returning:
+        if at - _returned["at"] < RETURN_EVERY_S:
+            return False
+        _returned["at"] = at
     pa.default_memory_pool().release_unused()
     libc = _libc()
     if libc is not None:
         libc.malloc_trim(0)
+    return True

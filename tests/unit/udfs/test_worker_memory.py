@@ -53,8 +53,15 @@ def rounds(mode: str) -> dict[str, Any]:
 
 def test_return_free_memory_keeps_live_arrow_data() -> None:
     table = pa.table({"x": list(range(100_000))})
-    return_free_memory()
+    return_free_memory(now=1e12)
     assert table.column("x")[99_999].as_py() == 99_999
+
+
+def test_a_worker_hands_memory_back_at_most_once_per_interval() -> None:
+    t = 2e12  # later than any other test's calls
+    assert return_free_memory(now=t)
+    assert not return_free_memory(now=t + worker_memory.RETURN_EVERY_S / 2)
+    assert return_free_memory(now=t + worker_memory.RETURN_EVERY_S)
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="glibc's mallopt and malloc_trim: Linux only")
