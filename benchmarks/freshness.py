@@ -15,7 +15,10 @@ readable in silver's read path. A commit's time is when the poller first saw its
 achieved, the checkpoints' duration and the commit after each (Flink's REST API), disk use of the
 lakehouse against the live tables' bytes, ``DeltaTable()`` open time of bronze and silver at the start
 and the end, and at the end the exactly-once check: bronze holds every sent record once, and a sample
-of updated orders reads, through silver's read path, as the last update sent to each.
+of updated orders reads, through silver's read path, as the last update sent to each. ``by_minute``
+puts next to each minute's p99 what grows with it: the checkpoints' p99 and the phases of the slowest
+(Flink's per-subtask barrier delay, alignment, sync and async parts), the machine's busy share and
+the CPU of the job's processes by kind.
 
 Run: ``python -m benchmarks.freshness --orders 1000000 --minutes 3`` (``make bench-freshness``).
 """
@@ -414,6 +417,9 @@ class CheckpointSampler(threading.Thread):
         self.completed: dict[int, tuple[int, int]] = {}
         self.acks: dict[str, list[float]] = {}
         self.names: dict[str, str] = {}
+        #: Per completed checkpoint: trigger (epoch s), trigger -> last ack (s), and per vertex the
+        #: slowest subtask's phases (``subtask_phases``).
+        self.series: list[dict[str, Any]] = []
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -436,11 +442,21 @@ class CheckpointSampler(threading.Thread):
             trigger = int(c["trigger_timestamp"])
             self.completed[cid] = (trigger, int(c["latest_ack_timestamp"]))
             tasks = self.rest.get(f"/jobs/{job}/checkpoints/details/{cid}").get("tasks", {})
+            phases: dict[str, dict[str, float]] = {}
             for vid, task in tasks.items():
                 ack = task.get("latest_ack_timestamp")
                 if ack:
                     name = self.names.get(vid, vid)
                     self.acks.setdefault(name, []).append((int(ack) - trigger) / 1000)
+                    subtasks = self.rest.get(f"/jobs/{job}/checkpoints/details/{cid}/subtasks/{vid}")
+                    phases[name] = subtask_phases(subtasks.get("subtasks", []))
+            self.series.append(
+                {
+                    "trigger": trigger / 1000,
+                    "took_s": (int(c["latest_ack_timestamp"]) - trigger) / 1000,
+                    "phases": phases,
+                }
+            )
 
     def vertex_acks(self) -> dict[str, dict[str, float]]:
         """Per vertex, p50/p99 seconds from a checkpoint's trigger to the vertex's last acknowledgement."""
@@ -449,6 +465,83 @@ class CheckpointSampler(threading.Thread):
             p50, p99 = np.percentile(xs, [50, 99])
             out[name] = {"p50_s": round(float(p50), 3), "p99_s": round(float(p99), 3)}
         return out
+
+
+def subtask_phases(subtasks: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Seconds of a vertex's checkpoint phases, each the maximum over its subtasks (Flink's REST
+    ``subtasks`` of a checkpoint): ``delay`` (trigger -> first barrier received: records queued ahead of
+    it), ``align`` (first -> last barrier of the inputs), ``sync`` (the operator's snapshot, including a
+    Python operator's flush of its bundle), ``async`` (writing the state), ``ack`` (trigger -> ack)."""
+    out = {"delay": 0.0, "align": 0.0, "sync": 0.0, "async": 0.0, "ack": 0.0}
+    for t in subtasks:
+        if t.get("status") != "completed":
+            continue
+        out["delay"] = max(out["delay"], t.get("start_delay", 0) / 1000)
+        out["align"] = max(out["align"], (t.get("alignment") or {}).get("duration", 0) / 1000)
+        out["sync"] = max(out["sync"], (t.get("checkpoint") or {}).get("sync", 0) / 1000)
+        out["async"] = max(out["async"], (t.get("checkpoint") or {}).get("async", 0) / 1000)
+        out["ack"] = max(out["ack"], t.get("end_to_end_duration", 0) / 1000)
+    return out
+
+
+def by_minute(
+    t0: float,
+    sent: Sequence[float],
+    in_silver: Arr,
+    checkpoints: Sequence[dict[str, Any]],
+    machine: Sequence[tuple[float, float, float]],
+    cpu: Sequence[tuple[float, dict[str, float]]],
+) -> list[dict[str, Any]]:
+    """Per minute of the run (epoch ``t0`` = the first send): silver's p99, the checkpoints' p99 and the
+    phase that took longest in the slowest one, the machine's busy share and the cores of the job's
+    processes by kind: what grows when visibility does."""
+    from benchmarks.procs import cpu_between
+
+    p99 = per_minute_p99(sent, in_silver)
+    out = []
+    for m, silver in enumerate(p99):
+        lo, hi = t0 + 60 * m, t0 + 60 * (m + 1)
+        these = [c for c in checkpoints if lo <= c["trigger"] < hi]
+        row: dict[str, Any] = {"minute": m, "silver_p99_s": silver, "checkpoints": len(these)}
+        if these:
+            row["checkpoint_p99_s"] = round(float(np.percentile([c["took_s"] for c in these], 99)), 2)
+            slowest = max(these, key=lambda c: c["took_s"])
+            vertex, ph = max(slowest["phases"].items(), key=lambda kv: kv[1]["ack"], default=("", {}))
+            row["slowest"] = {
+                "took_s": slowest["took_s"],
+                "vertex": vertex,
+                **{k: round(v, 2) for k, v in ph.items()},
+            }
+        inside = [x for x in machine if lo <= x[0] < hi]
+        if len(inside) >= 2:
+            busy = inside[-1][1] - inside[0][1]
+            total = inside[-1][2] - inside[0][2]
+            row["machine_busy"] = round(busy / total, 3) if total else None
+        cores = cpu_between(cpu, lo, hi)
+        row["cores"] = {k: round(v / 60, 2) for k, v in cores.items()}
+        out.append(row)
+    return out
+
+
+class MachineCpu(threading.Thread):
+    """Every ``every`` s: (epoch s, busy CPU s, all CPU s) of the whole machine (``psutil.cpu_times``)."""
+
+    def __init__(self, every: float = 5.0) -> None:
+        super().__init__(daemon=True)
+        self.every = every
+        self.samples: list[tuple[float, float, float]] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        import psutil
+
+        while True:
+            t = psutil.cpu_times()
+            idle = t.idle + getattr(t, "iowait", 0.0)
+            total = sum(t)
+            self.samples.append((time.time(), total - idle, total))
+            if self.stop.wait(self.every):
+                return
 
 
 def checkpoint_phases(
@@ -548,6 +641,11 @@ def run_one(
         disk.start()
         checkpoints = CheckpointSampler(port)
         checkpoints.start()
+        machine = MachineCpu()
+        machine.start()
+        from benchmarks.procs import RssSampler
+
+        job_cpu = RssSampler(run.proc.pid, interval=5.0).start()
         epoch_of_monotonic = time.time() - time.monotonic()
         stop = threading.Event()
         seconds = s.minutes * 60
@@ -581,6 +679,8 @@ def run_one(
         poller.stop.set()
         disk.stop.set()
         checkpoints.stop.set()
+        machine.stop.set()
+        job_cpu.stop()
         poller.join(5)
         disk.join(120)
         bronze_commits, silver_commits = poller.commits("bronze", topic), poller.commits("silver", topic)
@@ -594,6 +694,15 @@ def run_one(
         out["commits"] = {"bronze": len(bronze_commits), "silver": len(silver_commits)}
         out["checkpoints"] = checkpoint_phases(checkpoints.completed, bronze_commits, epoch_of_monotonic)
         out["checkpoints"]["vertex_ack"] = checkpoints.vertex_acks()
+        if sent.times:
+            out["by_minute"] = by_minute(
+                sent.times[0] + epoch_of_monotonic,
+                sent.times,
+                in_silver,
+                checkpoints.series,
+                machine.samples,
+                job_cpu.cpu_series,
+            )
         out["open_s_end"] = {"bronze": open_seconds(bronze), "silver": open_seconds(lake / SILVER_TABLE)}
         out["source_poll_s_end"] = {"bronze": source_poll_seconds(bronze)}
         out["disk"] = _disk_summary(disk.samples)
