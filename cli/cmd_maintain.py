@@ -54,6 +54,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         target_size=args.target_size_mb * 1024 * 1024 if args.target_size_mb else None,
         bloom_filters=cfg.tables.bloom_filter_columns,
         retry=RetryPolicy(max_attempts=cfg.maintenance.retry_attempts),
+        tasks=cfg.maintenance.rewrite_tasks,
     )
     kind = f"z-order by {', '.join(zorder)}" if zorder else "compaction"
     print(

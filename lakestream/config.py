@@ -167,6 +167,13 @@ class FlinkConfig:
     #: memory) or ``hashmap`` (JVM heap). ``default``: rocksdb for ingest (its de-dup state grows with
     #: the event rate times ``event_time.dedup_ttl``), hashmap for land and changefeed (a few offsets).
     state_backend: Literal["default", "rocksdb", "hashmap"] = "default"
+    #: How RocksDB compacts keyed state. Each checkpoint flushes the state's memtables into new small
+    #: files; with ``level`` (RocksDB's default) every few of them were merged into the whole next level,
+    #: and the de-dup's ids are random, so each merge rewrote the level: at one checkpoint a second its
+    #: CPU grew with the state. ``universal`` merges files of similar size (tiered, as Paimon's sorted
+    #: runs): far less rewriting, up to about twice the state's size on local disk between merges.
+    #: Either restores the other's checkpoints.
+    rocksdb_compaction: Literal["universal", "level"] = "universal"
     checkpoint_interval: timedelta = timedelta(seconds=1)
     #: A local folder, or ``s3://bucket/prefix`` on the store of ``[storage]`` (Flink's S3 plugin, built by
     #: ``make jvm``; docs/object-storage.md).
@@ -416,12 +423,17 @@ class MaintenanceConfig:
     cleanup_logs: bool = True
     #: Attempts of an OPTIMIZE that conflicts with a streaming commit (first one included).
     retry_attempts: int = 10
+    #: Files a compaction or Z-order rewrites at once (delta-rs' ``max_concurrent_tasks``), each keeping
+    #: about a core busy. 1 leaves the other cores to the job it runs beside (a round that took both
+    #: cores of a 2-core machine held the job's checkpoints back for seconds); raise it for a
+    #: ``maintain optimize`` on a machine of its own.
+    rewrite_tasks: int = 1
     #: Table name -> comma-separated columns: those tables are Z-ordered instead of compacted.
     zorder: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         """Thresholds of zero would compact or checkpoint on every round, or never stop retrying."""
-        for key in ("small_file_mb", "checkpoint_every", "retry_attempts"):
+        for key in ("small_file_mb", "checkpoint_every", "retry_attempts", "rewrite_tasks"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"maintenance.{key}: must be at least 1, got {getattr(self, key)}")
         if self.min_small_files < 2:

@@ -202,6 +202,7 @@ class Maintainer:
                     partition=exact if len(exact) == len(action.partition) else (),
                     bloom_filters=self.cfg.tables.bloom_filter_columns,
                     retry=RetryPolicy(max_attempts=settings.retry_attempts),
+                    tasks=settings.rewrite_tasks,
                 )
                 return (
                     f"{ref.name}: {action.kind} ({action.reason}): {result.files_removed} files -> "

@@ -134,11 +134,14 @@ def optimize(
     bloom_filters: Sequence[str] = (),
     retry: RetryPolicy | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    tasks: int | None = None,
 ) -> OptimizeResult:
     """Compact small files (or Z-order by ``zorder``), in the partitions ``where`` selects.
 
     ``partition`` (column, value) pairs select one partition (the scheduled maintainer's way). The
     rewritten files carry bloom filters of ``bloom_filters`` (``tables.bloom_filter_columns``).
+    ``tasks``: files rewritten at once (``maintenance.rewrite_tasks``; None: delta-rs' default, a task
+    per core).
     ``target_size`` defaults to the table's ``delta.targetFileSize`` (delta-rs: else 100 MB).
     """
     policy = retry or RetryPolicy()
@@ -171,12 +174,14 @@ def optimize(
                     dt.schema().to_arrow().names, bloom_filters=bloom_filters
                 ),
                 commit_properties=_props("zorder", token),
+                max_concurrent_tasks=tasks,
             )
         return dt.optimize.compact(
             partition_filters=filters,
             target_size=target_size,
             writer_properties=writer_properties(dt.schema().to_arrow().names, bloom_filters=bloom_filters),
             commit_properties=_props("optimize", token),
+            max_concurrent_tasks=tasks,
         )
 
     name = "zorder" if zorder else "optimize"

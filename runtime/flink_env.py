@@ -55,6 +55,8 @@ ROCKSDB_LOOKUP_SETTINGS = {
     "state.backend.rocksdb.use-bloom-filter": "true",
     "state.backend.rocksdb.memory.partitioned-index-filters": "true",
 }
+#: Flink's key of RocksDB's compaction style (``flink.rocksdb_compaction``, upper case).
+ROCKSDB_COMPACTION_STYLE = "state.backend.rocksdb.compaction.style"
 #: True: one Python worker per task slot (``flink.python_workers = "slot"``), False: one per operator.
 PYTHON_WORKER_PER_SLOT = "python.fn-execution.memory.managed"
 #: Flink's Prometheus reporter, shipped by the pyflink wheel as the plugin ``plugins/metrics-prometheus``.
@@ -246,6 +248,7 @@ def flink_settings(
     }
     if backend == "rocksdb":
         settings.update(ROCKSDB_LOOKUP_SETTINGS)
+        settings[ROCKSDB_COMPACTION_STYLE] = cfg.rocksdb_compaction.upper()
     if cfg.checkpoint_interval.total_seconds() > 0:
         settings["execution.checkpointing.interval"] = _ms(cfg.checkpoint_interval)
     # A MiniCluster's reporters come from this configuration; a cluster's from its own (README, metrics).

@@ -253,6 +253,49 @@ def dedup_lookup_options(checkpoints: Path) -> list[bool]:
     ]
 
 
+def compaction_styles(checkpoints: Path) -> set[bytes]:
+    """The compaction styles of the de-dup state's RocksDB OPTIONS files under ``checkpoints``."""
+    header = b'[CFOptions "lakestream-dedup-ids"]'
+    styles = set()
+    for f in checkpoints.rglob("*"):
+        text = f.read_bytes() if f.is_file() else b""
+        if header in text:
+            section = text.split(header, 1)[1].split(b"\n[", 1)[0]
+            styles.update(
+                line.split(b"=", 1)[1].strip()
+                for line in section.splitlines()
+                if line.strip().startswith(b"compaction_style=")
+            )
+    assert styles, f"no RocksDB OPTIONS of the de-dup state under {checkpoints}"
+    return styles
+
+
+def test_a_checkpoint_of_level_compaction_restores_under_universal(
+    kafka: str, lakehouse: Path, tmp_path: Path
+) -> None:
+    """``flink.rocksdb_compaction`` is an option of how RocksDB merges its files, not of what they
+    hold: de-dup state checkpointed with ``level`` compaction restores under ``universal`` (the
+    default) and its ids are still recognised, and the state written since then is compacted the new
+    way (DESIGN.md section 2: no upgrade step)."""
+    topics, env = setup_topics(kafka, tmp_path, lakehouse, partitions=2)
+    env = {**env, "LAKESTREAM__GOLD__ENABLED": "false"}
+    log = tmp_path / "ingest.log"
+    send(kafka, topics["payments"], [payment(i) for i in range(10)])
+    run_until(
+        {**env, "LAKESTREAM__FLINK__ROCKSDB_COMPACTION": '"level"'}, log, lakehouse, {"silver/orders": 10}
+    )
+    assert compaction_styles(tmp_path / "checkpoints") == {b"kCompactionStyleLevel"}
+
+    send(kafka, topics["payments"], [payment(4), payment(10)])  # P4 again: its id is in the restored state
+    run_until(env, log, lakehouse, {"silver/orders": 11, "bronze/order_events": 12})
+    assert log.read_text().count("resuming from checkpoint") == 1
+    assert counters(lakehouse, "events_duplicate") == 1
+    assert_silver(lakehouse, range(11))
+    newest = latest_checkpoint(tmp_path / "checkpoints")
+    assert newest is not None
+    assert compaction_styles(newest) == {b"kCompactionStyleUniversal"}
+
+
 def test_a_checkpoint_without_the_rocksdb_filters_restores_with_them(
     kafka: str, lakehouse: Path, tmp_path: Path
 ) -> None:

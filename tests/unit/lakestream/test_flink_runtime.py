@@ -67,7 +67,7 @@ def test_rocksdb_state_gets_bloom_filters_and_partitioned_index_filters(
     tmp_path: Path, configured: str, job_default: str, filters: bool
 ) -> None:
     from lakestream.config import FlinkConfig
-    from runtime.flink_env import ROCKSDB_LOOKUP_SETTINGS, flink_settings
+    from runtime.flink_env import ROCKSDB_COMPACTION_STYLE, ROCKSDB_LOOKUP_SETTINGS, flink_settings
 
     settings = flink_settings(
         FlinkConfig(state_backend=configured),  # type: ignore[arg-type]
@@ -83,6 +83,16 @@ def test_rocksdb_state_gets_bloom_filters_and_partitioned_index_filters(
         }
     else:
         assert got == dict.fromkeys(ROCKSDB_LOOKUP_SETTINGS)
+    assert settings.get(ROCKSDB_COMPACTION_STYLE) == ("UNIVERSAL" if filters else None)
+
+
+def test_rocksdb_compaction_is_universal_unless_configured(tmp_path: Path) -> None:
+    from lakestream.config import FlinkConfig
+    from runtime.flink_env import ROCKSDB_COMPACTION_STYLE, flink_settings
+
+    level = FlinkConfig(rocksdb_compaction="level")
+    settings = flink_settings(level, checkpoint_dir=str(tmp_path), state_backend="rocksdb")
+    assert settings[ROCKSDB_COMPACTION_STYLE] == "LEVEL"
 
 
 def test_the_local_managed_memory_is_the_configured_size(tmp_path: Path) -> None:

@@ -100,6 +100,7 @@ def test_a_round_compacts_and_checkpoints_a_real_table(tmp_path: Path) -> None:
     [
         ({"LAKESTREAM__MAINTENANCE__MIN_SMALL_FILES": "1"}, "maintenance.min_small_files"),
         ({"LAKESTREAM__MAINTENANCE__CHECKPOINT_EVERY": "0"}, "maintenance.checkpoint_every"),
+        ({"LAKESTREAM__MAINTENANCE__REWRITE_TASKS": "0"}, "maintenance.rewrite_tasks"),
         ({"LAKESTREAM__MAINTENANCE__INTERVAL": '"0s"'}, "maintenance.interval"),
         ({"LAKESTREAM__MAINTENANCE__ZORDER__SILVER/ORDERS": '" , "'}, "maintenance.zorder"),
         ({"LAKESTREAM__MAINTENANCE__VACUUM_EVERY": '"often"'}, "maintenance.vacuum_every"),
