@@ -424,8 +424,8 @@ class MaintenanceConfig:
     #: Attempts of an OPTIMIZE that conflicts with a streaming commit (first one included).
     retry_attempts: int = 10
     #: Files a compaction or Z-order rewrites at once (delta-rs' ``max_concurrent_tasks``), each keeping
-    #: about a core busy. 1 leaves the other cores to the job it runs beside (a round that took both
-    #: cores of a 2-core machine held the job's checkpoints back for seconds); raise it for a
+    #: about a core busy. 1 leaves the other cores to the job it runs beside (delta-rs' default, a task
+    #: per core, left none on a 2-core machine while the job's round compacted); raise it for a
     #: ``maintain optimize`` on a machine of its own.
     rewrite_tasks: int = 1
     #: Table name -> comma-separated columns: those tables are Z-ordered instead of compacted.
