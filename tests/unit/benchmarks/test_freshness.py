@@ -16,6 +16,7 @@ import pytest
 from benchmarks.freshness import (
     SeenCommit,
     Sent,
+    by_minute,
     caught_up,
     checkpoint_phases,
     markdown,
@@ -23,6 +24,7 @@ from benchmarks.freshness import (
     quantiles,
     records,
     seen_commit,
+    subtask_phases,
     visibility,
 )
 from benchmarks.silver_scale import order_ids
@@ -104,6 +106,60 @@ def test_checkpoint_phases_split_a_commit_interval_into_the_checkpoint_and_the_c
     assert phases["commit_after"]["n"] == 2
     assert phases["commit_after"]["p50_s"] == pytest.approx(0.2)
     assert phases["trigger_gap"]["p50_s"] == 1.0
+
+
+def test_a_vertexs_phases_are_its_slowest_completed_subtasks() -> None:
+    subtasks = [
+        {
+            "status": "completed",
+            "start_delay": 800,
+            "alignment": {"duration": 20},
+            "checkpoint": {"sync": 5, "async": 40},
+            "end_to_end_duration": 900,
+        },
+        {
+            "status": "completed",
+            "start_delay": 300,
+            "alignment": {"duration": 150},
+            "checkpoint": {"sync": 1200, "async": 10},
+            "end_to_end_duration": 1700,
+        },
+        {"status": "pending_or_failed", "start_delay": 9000},
+    ]
+    assert subtask_phases(subtasks) == {"delay": 0.8, "align": 0.15, "sync": 1.2, "async": 0.04, "ack": 1.7}
+    assert subtask_phases([]) == {"delay": 0.0, "align": 0.0, "sync": 0.0, "async": 0.0, "ack": 0.0}
+
+
+def test_each_minute_gets_its_checkpoints_slowest_phase_machine_share_and_cores() -> None:
+    t0 = 1000.0
+    sent = [0.0, 30.0, 61.0, 90.0]  # send clock (monotonic s): two events in each minute
+    in_silver = np.array([1.0, 2.0, 3.0, 5.0])
+    fast = {"v": {"delay": 0.1, "align": 0.0, "sync": 0.1, "async": 0.0, "ack": 0.3}}
+    slow = {
+        "a": {"delay": 0.2, "align": 0.0, "sync": 0.0, "async": 0.0, "ack": 0.4},
+        "b": {"delay": 0.1, "align": 0.1, "sync": 2.5, "async": 0.0, "ack": 2.9},
+    }
+    checkpoints = [
+        {"trigger": t0 + 10, "took_s": 0.3, "phases": fast},
+        {"trigger": t0 + 70, "took_s": 0.3, "phases": fast},
+        {"trigger": t0 + 80, "took_s": 2.9, "phases": slow},
+    ]
+    machine = [(t0, 0.0, 0.0), (t0 + 55, 44.0, 110.0), (t0 + 65, 50.0, 130.0), (t0 + 115, 130.0, 230.0)]
+    cpu = [(t0, {"jvm": 0.0}), (t0 + 60, {"jvm": 30.0}), (t0 + 120, {"jvm": 90.0})]
+    rows = by_minute(t0, sent, in_silver, checkpoints, machine, cpu)
+    assert [r["minute"] for r in rows] == [0, 1]
+    assert rows[0]["checkpoints"] == 1 and rows[1]["checkpoints"] == 2
+    assert rows[1]["slowest"] == {
+        "took_s": 2.9,
+        "vertex": "b",
+        "delay": 0.1,
+        "align": 0.1,
+        "sync": 2.5,
+        "async": 0.0,
+        "ack": 2.9,
+    }
+    assert rows[0]["machine_busy"] == 0.4 and rows[1]["machine_busy"] == 0.8
+    assert rows[0]["cores"] == {"jvm": 0.5} and rows[1]["cores"] == {"jvm": 1.0}
 
 
 #: One run as ``run_one`` reports it (the fields the report reads).
